@@ -12,7 +12,7 @@ class PrepError(Exception):
 class ShardError(PrepError):
     """A shard that cannot be indexed: names the shard, the byte offset where it applies, and what to do."""
 
-    def __init__(self, shard: str, problem: str, *, offset: int | None = None, advice: str = "") -> None:
+    def __init__(self, shard: str, problem: str, offset: int | None = None, advice: str = "") -> None:
         self.shard = shard
         self.problem = problem
         self.offset = offset
@@ -22,3 +22,7 @@ class ShardError(PrepError):
         if advice:
             text += f" {advice}"
         super().__init__(text)
+
+    def __reduce__(self) -> tuple:
+        # Crosses process boundaries from the scanning workers intact.
+        return (self.__class__, (self.shard, self.problem, self.offset, self.advice))
