@@ -70,7 +70,9 @@ def load_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
         raise PrepError(f"{path} is not valid YAML ({error}). {RERUN_PREPARE}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
         raise PrepError(f"{path} has no `split_parts` mapping, so no split can be read. {RERUN_PREPARE}")
-    excludes = [name for pattern in raw.get("exclude") or [] for name in braceexpand.braceexpand(str(pattern))]
+    excludes = [
+        name for pattern in raw.get("exclude") or [] for name in braceexpand.braceexpand(str(pattern))
+    ]
     excluded = set(excludes)
     splits: dict[str, list[str]] = {}
     for split, patterns in raw["split_parts"].items():
@@ -91,7 +93,9 @@ class PreparedDataset:
         self.root = Path(root)
         self.meta = self.root / META_DIR
         if not self.root.is_dir():
-            raise PrepError(f"{self.root} is not a folder. Give the folder that holds the shards and {META_DIR}/.")
+            raise PrepError(
+                f"{self.root} is not a folder. Give the folder that holds the shards and {META_DIR}/."
+            )
         if not self.meta.is_dir():
             raise PrepError(
                 f"{self.root} is not a prepared dataset: it has no {META_DIR}/ folder. Prepare it first with"
@@ -119,7 +123,9 @@ class PreparedDataset:
             raise PrepError(f"{path} is not valid ({error}). {RERUN_PREPARE}") from None
         counts = info.get("shard_counts") if isinstance(info, dict) else None
         if not isinstance(counts, dict) or not all(isinstance(v, int) for v in counts.values()):
-            raise PrepError(f"{path} has no valid `shard_counts` mapping of shard name to sample count. {RERUN_PREPARE}")
+            raise PrepError(
+                f"{path} has no valid `shard_counts` mapping of shard name to sample count. {RERUN_PREPARE}"
+            )
         return {str(name): int(count) for name, count in counts.items()}
 
     def splits(self, split_file: str = SPLIT_YAML) -> dict[str, list[str]]:
@@ -153,7 +159,9 @@ class PreparedDataset:
         try:
             return self._shard_ids[shard]
         except KeyError:
-            raise PrepError(f"{shard} is not a shard of {self.root} (it is not listed in {INFO_JSON}).") from None
+            raise PrepError(
+                f"{shard} is not a shard of {self.root} (it is not listed in {INFO_JSON})."
+            ) from None
 
     def shard_path(self, shard: str) -> Path:
         return self.root / shard
@@ -191,18 +199,26 @@ class PreparedDataset:
         return connection
 
     def sample_by_key(self, key: str) -> SampleRow | None:
-        row = self.db().execute(
-            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key = ?",
-            (key,),
-        ).fetchone()
+        row = (
+            self.db()
+            .execute(
+                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key = ?",
+                (key,),
+            )
+            .fetchone()
+        )
         return None if row is None else SampleRow(*row)
 
     def sample_by_index(self, tar_file_id: int, index: int) -> SampleRow | None:
-        row = self.db().execute(
-            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
-            " WHERE tar_file_id = ? AND sample_index = ?",
-            (tar_file_id, index),
-        ).fetchone()
+        row = (
+            self.db()
+            .execute(
+                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
+                " WHERE tar_file_id = ? AND sample_index = ?",
+                (tar_file_id, index),
+            )
+            .fetchone()
+        )
         return None if row is None else SampleRow(*row)
 
     def samples_of_shard(self, tar_file_id: int, after_index: int = -1) -> Iterator[SampleRow]:
@@ -217,19 +233,27 @@ class PreparedDataset:
 
     def parts_of_sample(self, tar_file_id: int, index: int) -> list[tuple[str, PartLocation]]:
         """(part name, location) of every part of one sample, in tar order."""
-        rows = self.db().execute(
-            "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts"
-            " WHERE tar_file_id = ? AND sample_index = ? ORDER BY content_byte_offset",
-            (tar_file_id, index),
-        ).fetchall()
+        rows = (
+            self.db()
+            .execute(
+                "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts"
+                " WHERE tar_file_id = ? AND sample_index = ? ORDER BY content_byte_offset",
+                (tar_file_id, index),
+            )
+            .fetchall()
+        )
         return [(name, PartLocation(tar_file_id, offset, size)) for name, offset, size in rows]
 
     def part(self, tar_file_id: int, index: int, part_name: str) -> PartLocation | None:
-        row = self.db().execute(
-            "SELECT content_byte_offset, content_byte_size FROM sample_parts"
-            " WHERE tar_file_id = ? AND sample_index = ? AND part_name = ?",
-            (tar_file_id, index, part_name),
-        ).fetchone()
+        row = (
+            self.db()
+            .execute(
+                "SELECT content_byte_offset, content_byte_size FROM sample_parts"
+                " WHERE tar_file_id = ? AND sample_index = ? AND part_name = ?",
+                (tar_file_id, index, part_name),
+            )
+            .fetchone()
+        )
         return None if row is None else PartLocation(tar_file_id, row[0], row[1])
 
     # -- bytes ------------------------------------------------------------------------------------

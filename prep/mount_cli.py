@@ -1,0 +1,141 @@
+"""`shardprep mount` and `shardprep umount`: the command-line shells over prep.mount.
+
+In the background (the default) the command starts a child serving the mount in the foreground, waits
+until the child says the mount is live (or relays why it failed), prints one "mounted at" line and
+returns; so errors reach the terminal and the exit status, which a libfuse self-daemonising parent
+cannot give.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from prep.errors import PrepError
+
+READY_PREFIX = "mounted at "
+
+
+def _check_mountpoint(mountpoint: Path) -> None:
+    if mountpoint.exists() and not mountpoint.is_dir():
+        raise PrepError(
+            f"The mount point {mountpoint} is a file; give an empty folder (or a path to create)."
+        )
+    if os.path.ismount(mountpoint):
+        raise PrepError(
+            f"{mountpoint} is already a mount point. Unmount it first with `shardprep umount {mountpoint}`."
+        )
+    mountpoint.mkdir(parents=True, exist_ok=True)
+
+
+def _mount_in_background(argv: list[str], mountpoint: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "prep", *argv, "--foreground", "--detached-child"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
+    assert child.stdout is not None
+    output: list[str] = []
+    for line in child.stdout:
+        if line.startswith(READY_PREFIX):
+            child.stdout.close()
+            click.echo(f"{line.rstrip()} (pid {child.pid}); unmount with `shardprep umount {mountpoint}`.")
+            return
+        output.append(line)
+    status = child.wait()
+    message = "".join(output).strip().removeprefix("Error: ")
+    raise PrepError(message or f"The mount process exited with status {status} before the mount was ready.")
+
+
+@click.command("mount")
+@click.argument("dataset", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("mountpoint", type=click.Path(path_type=Path))
+@click.option(
+    "--view",
+    type=click.Choice(["flat", "sample", "shard"]),
+    default="flat",
+    show_default=True,
+    help="flat: /KEY.PART; sample: /KEY/PART; shard: /SHARD.tar/KEY/PART.",
+)
+@click.option("--split", default=None, help="Show only the shards of this split (e.g. train).")
+@click.option("--foreground", "-f", is_flag=True, help="Serve in this process until Ctrl-C or umount.")
+@click.option("--debug", is_flag=True, help="Print libfuse's debug trace (implies --foreground).")
+@click.option("--detached-child", is_flag=True, hidden=True)
+def mount_command(
+    dataset: Path,
+    mountpoint: Path,
+    view: str,
+    split: str | None,
+    foreground: bool,
+    debug: bool,
+    detached_child: bool,
+) -> None:
+    """Mount a prepared DATASET read-only at MOUNTPOINT; each sample part appears as a file."""
+    from prep.dataset_reader import PreparedDataset
+    from prep.mount import fuse_problem, serve
+    from prep.mount_tree import MountTree, View
+
+    problem = fuse_problem()
+    if problem is not None:
+        raise PrepError(f"Cannot mount: {problem}")
+    dataset, mountpoint = dataset.absolute(), mountpoint.absolute()
+    prepared = PreparedDataset(dataset)
+    tree = MountTree(prepared, View(view), split)
+    _check_mountpoint(mountpoint)
+    if not (foreground or debug):
+        argv = ["mount", str(dataset), str(mountpoint), "--view", view]
+        if split is not None:
+            argv += ["--split", split]
+        prepared.close()
+        _mount_in_background(argv, mountpoint)
+        return
+
+    def ready() -> None:
+        hint = "" if detached_child else " (Ctrl-C or `shardprep umount` to unmount)"
+        click.echo(f"{READY_PREFIX}{mountpoint}{hint}", nl=True)
+        sys.stdout.flush()
+        if detached_child:  # the parent stops reading; nothing more may be written to its pipe
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+
+    serve(tree, str(mountpoint), debug=debug, on_ready=ready)
+    if not detached_child:
+        click.echo(f"unmounted {mountpoint}")
+
+
+@click.command("umount")
+@click.argument("mountpoint", type=click.Path(path_type=Path))
+@click.option(
+    "--lazy", "-z", is_flag=True, help="Detach now even if files are open; unmount when they close."
+)
+def umount_command(mountpoint: Path, lazy: bool) -> None:
+    """Unmount a dataset mounted with `shardprep mount`."""
+    mountpoint = mountpoint.absolute()
+    if not os.path.ismount(mountpoint):
+        raise PrepError(f"{mountpoint} is not a mount point, so there is nothing to unmount.")
+    if shutil.which("fusermount3"):
+        command = ["fusermount3", "-u", *(["-z"] if lazy else []), str(mountpoint)]
+    elif shutil.which("umount"):
+        command = ["umount", *(["-l"] if lazy else []), str(mountpoint)]
+    else:
+        raise PrepError(
+            "Neither fusermount3 nor umount is installed. Install Debian's fuse3 (`apt-get install fuse3`)."
+        )
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        reason = (result.stderr or result.stdout).strip()
+        raise PrepError(
+            f"Unmounting {mountpoint} failed: {reason}. If a program still has files open there, close it or"
+            " use `shardprep umount --lazy`."
+        )
+    click.echo(f"unmounted {mountpoint}")
