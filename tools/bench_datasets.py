@@ -110,9 +110,9 @@ def text_record(index: int, rng: random.Random, words: list[str]) -> dict:
 
 def ensure_text_dataset(root: Path = DEFAULT_ROOT, samples: int = 200_000, shards: int = 10, seed: int = 0) -> Dataset:
     """The text dataset: ``samples`` JSON samples in ``shards`` shards, via webdataset's ShardWriter."""
-    import webdataset as wds
-
     def build(folder: Path) -> int:
+        import webdataset as wds
+
         rng = random.Random(seed)
         words = _vocabulary(rng)
         per_shard = -(-samples // shards)
@@ -152,9 +152,9 @@ def ensure_image_dataset(
     seed: int = 0,
 ) -> Dataset:
     """The image dataset: jpg + txt + json samples in ``shards`` shards, via webdataset's ShardWriter."""
-    import webdataset as wds
-
     def build(folder: Path) -> int:
+        import webdataset as wds
+
         rng = random.Random(seed)
         words = _vocabulary(rng)
         jpegs = noise_jpegs(jpeg_bytes, 8, seed)
