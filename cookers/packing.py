@@ -214,7 +214,8 @@ def _concat_pieces(
     ends = np.cumsum(lengths)
     begins = ends - lengths
     # A document is cut once per bin edge strictly inside it.
-    first_bin = begins // seq_length
+    # An empty document joins the bin of the token before it, so it never opens a bin of its own.
+    first_bin = np.where(lengths > 0, begins, np.maximum(begins - 1, 0)) // seq_length
     last_bin = np.where(lengths > 0, (ends - 1) // seq_length, first_bin)
     counts = last_bin - first_bin + 1
     documents = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
