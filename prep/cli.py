@@ -16,6 +16,11 @@ from prep.errors import PrepError
 # name -> "module:attribute" of a click command. Commands register here, one line each.
 COMMANDS: dict[str, str] = {
     "prepare": "prep.prepare_cli:prepare_command",
+    "mount": "prep.mount_cli:mount_command",
+    "umount": "prep.mount_cli:umount_command",
+    "info": "prep.info_cli:info_command",
+    "verify": "prep.verify_cli:verify_command",
+    "preview": "prep.preview_cli:preview_command",
 }
 
 

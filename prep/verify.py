@@ -1,0 +1,511 @@
+"""Check that a prepared dataset's index agrees with itself and with its tars.
+
+The default check reads the index (`.info.json`, the split file, every `.tar.idx`, both sqlite tables)
+and one 512-byte header per indexed member, gathered with numpy from a memory map: every indexed
+offset must hold a valid header of the named member with the indexed size, each shard must end where
+its index says (nothing appended, nothing cut off), and no split may name a missing shard. `--deep`
+also re-walks every header of every shard, compares the result row by row with the index, and decodes
+each member's content by its extension.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import mmap
+import os
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from prep.dataset_reader import PreparedDataset, load_splits
+from prep.errors import PrepError
+from prep.index_format import DATASET_YAML, INDEX_UUID, SPLIT_YAML
+from prep.part_decode import content_problem
+from prep.shard_index import index_shard
+from prep.tar_scan import BLOCK, HeaderWalker
+
+REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
+RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
+#: Headers per shard and problem kind that are described one by one before "and N more".
+MAX_EXAMPLES = 3
+#: A tail after the end-of-archive marker longer than this is read in chunks of this size.
+TAIL_CHUNK = 1 << 20
+REGULAR_TYPEFLAGS = np.frombuffer(b"0\x007", dtype=np.uint8)
+CHECKSUM_COLUMNS = np.concatenate([np.arange(0, 148), np.arange(156, BLOCK)])
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One disagreement: where it is, what is wrong, and what to do about it."""
+
+    where: str
+    what: str
+    fix: str
+
+
+@dataclass
+class VerifyReport:
+    root: str
+    deep: bool
+    shards: int = 0
+    samples: int = 0
+    parts: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _octal_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parse NUL/space-terminated octal header fields row-wise: (values, parsed-ok mask).
+
+    Leading spaces are allowed; a field starting with a base-256 marker (high bit) is reported not ok so
+    the caller can fall back to the exact parser.
+    """
+    values = np.zeros(len(fields), dtype=np.int64)
+    started = np.zeros(len(fields), dtype=bool)
+    ended = np.zeros(len(fields), dtype=bool)
+    for column in range(fields.shape[1]):
+        byte = fields[:, column].astype(np.int64)
+        digit = (byte >= 48) & (byte <= 55)
+        take = digit & ~ended
+        values = np.where(take, values * 8 + (byte - 48), values)
+        ended |= started & ~digit
+        started |= digit
+    ok = started & (fields[:, 0] < 0x80)
+    return values, ok
+
+
+def _headers_ok(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For each header offset, whether its stored checksum matches the header's bytes."""
+    ok = np.empty(len(offsets), dtype=bool)
+    for start in range(0, len(offsets), 8192):
+        chunk = offsets[start : start + 8192]
+        headers = buffer[chunk[:, None] + np.arange(BLOCK)]
+        unsigned = headers[:, CHECKSUM_COLUMNS].sum(axis=1, dtype=np.int64) + 8 * 0x20
+        stored, parsed = _octal_fields(headers[:, 148:156])
+        signed = unsigned - 256 * (headers[:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
+        ok[start : start + 8192] = parsed & ((stored == unsigned) | (stored == signed))
+    return ok
+
+
+class _ShardChecker:
+    """Checks one shard against its rows; appends to the report."""
+
+    def __init__(self, report: VerifyReport, root: str, shard: str) -> None:
+        self.report, self.root, self.shard = report, root, shard
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def problem(self, what: str, fix: str = REPREPARE, *, kind: str | None = None) -> None:
+        if kind is not None:
+            self.counts[kind] += 1
+            if self.counts[kind] > MAX_EXAMPLES:
+                return
+        self.report.problems.append(Problem(self.shard, what, fix.format(root=self.root)))
+
+    def finish(self) -> None:
+        for kind, count in self.counts.items():
+            if count > MAX_EXAMPLES:
+                self.report.problems.append(
+                    Problem(
+                        self.shard,
+                        f"... and {count - MAX_EXAMPLES} more {kind}",
+                        REPREPARE.format(root=self.root),
+                    )
+                )
+
+
+def _load_sqlite(dataset: PreparedDataset) -> tuple[dict, dict]:
+    """Samples and parts from sqlite, grouped by tar_file_id, as numpy arrays (plus keys and part names)."""
+    db = dataset.db()
+    samples: dict[int, dict] = {}
+    rows = db.execute(
+        "SELECT tar_file_id, sample_index, byte_offset, byte_size, sample_key FROM samples"
+        " ORDER BY tar_file_id, sample_index"
+    ).fetchall()
+    samples = _group(rows, ("index", "offset", "size"), "key")
+    rows = db.execute(
+        "SELECT tar_file_id, sample_index, content_byte_offset, content_byte_size, part_name FROM sample_parts"
+        " ORDER BY tar_file_id, sample_index, content_byte_offset"
+    ).fetchall()
+    parts = _group(rows, ("index", "offset", "size"), "name")
+    return samples, parts
+
+
+def _group(rows: list[tuple], numeric: tuple[str, ...], text: str) -> dict[int, dict]:
+    """Rows (tar_file_id, three integers, text) as {tar_file_id: {column: array or list}}."""
+    if not rows:
+        return {}
+    tar = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    columns = [np.fromiter((row[i] or 0 for row in rows), dtype=np.int64, count=len(rows)) for i in (1, 2, 3)]
+    texts = [row[4] for row in rows]
+    bounds = np.flatnonzero(np.diff(tar)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [len(rows)]])
+    grouped = {}
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=False):
+        group = {name: column[start:end] for name, column in zip(numeric, columns, strict=False)}
+        group[text] = texts[start:end]
+        grouped[int(tar[start])] = group
+    return grouped
+
+
+def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> None:
+    """The bytes after the last sample: the end-of-archive marker and zero padding, nothing else."""
+    if file_size < end + 2 * BLOCK:
+        checker.problem(
+            f"the shard is {file_size:,} bytes but its index says its samples end at byte {end:,}, followed by"
+            " the 1,024-byte end-of-archive marker: the shard was truncated after prepare.",
+            RESTORE,
+        )
+        return
+    position = end
+    while position < file_size:
+        chunk = os.pread(fd, min(TAIL_CHUNK, file_size - position), position)
+        nonzero = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8))
+        if nonzero.size:
+            checker.problem(
+                f"holds data at byte {position + int(nonzero[0]):,}, after the end of the indexed samples"
+                f" (byte {end:,}): something was appended to the shard after prepare, and energon will not"
+                " see it.",
+                "if the appended data belongs in the dataset, " + REPREPARE + "; otherwise restore the shard",
+            )
+            return
+        position += len(chunk)
+
+
+def _check_parts(checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, end: int) -> None:
+    """Every indexed part offset holds a valid header of the named member with the indexed size."""
+    file_size = len(buffer)
+    sample_starts = samples["offset"]
+    sample_ends = np.append(sample_starts[1:], end)
+    where = np.searchsorted(samples["index"], parts["index"])
+    where = np.minimum(where, len(samples["index"]) - 1)
+    orphan = samples["index"][where] != parts["index"]
+    for position in np.flatnonzero(orphan)[:MAX_EXAMPLES].tolist():
+        checker.problem(
+            f"sqlite lists part {parts['name'][position]!r} of a sample index that has no sample row."
+        )
+    header_at = parts["offset"] - BLOCK
+    inside = (header_at >= sample_starts[where]) & (parts["offset"] + parts["size"] <= sample_ends[where])
+    inside &= parts["offset"] + parts["size"] <= file_size
+    for position in np.flatnonzero(~inside & ~orphan)[:MAX_EXAMPLES].tolist():
+        checker.problem(
+            f"part {parts['name'][position]!r} of sample index {int(parts['index'][position])} is indexed at"
+            f" bytes {int(parts['offset'][position]):,}+{int(parts['size'][position]):,}, outside its sample's"
+            " range or past the end of the shard.",
+            kind="parts outside their sample",
+        )
+    check = np.flatnonzero(inside & ~orphan)
+    if check.size == 0:
+        return
+    offsets = header_at[check]
+    valid = _headers_ok(buffer, offsets)
+    mismatched_samples: set[int] = set()
+    for chunk_start in range(0, len(check), 8192):
+        rows = check[chunk_start : chunk_start + 8192]
+        headers = buffer[offsets[chunk_start : chunk_start + 8192, None] + np.arange(BLOCK)]
+        sizes, sizes_ok = _octal_fields(headers[:, 124:136])
+        typeflag_ok = np.isin(headers[:, 156], REGULAR_TYPEFLAGS)
+        expected = b"".join(
+            f"{samples['key'][int(where[row])]}.{parts['name'][row]}".encode().ljust(100, b"\0")[:100]
+            for row in rows.tolist()
+        )
+        names = np.frombuffer(expected, dtype=np.uint8).reshape(-1, 100)
+        name_ok = (headers[:, :100] == names).all(axis=1) & (headers[:, 345] == 0)
+        good = (
+            valid[chunk_start : chunk_start + 8192] & typeflag_ok & sizes_ok & (sizes == parts["size"][rows])
+        )
+        good &= name_ok
+        for position in np.flatnonzero(~good).tolist():
+            mismatched_samples.add(int(where[rows[position]]))
+    for sample in sorted(mismatched_samples):
+        _check_sample_exactly(checker, buffer, samples, parts, sample, int(sample_ends[sample]))
+
+
+def _check_sample_exactly(
+    checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, sample: int, sample_end: int
+) -> None:
+    """Walk one sample's headers the way prepare does (long names, PAX) and compare with its part rows."""
+    start = int(samples["offset"][sample])
+    key = samples["key"][sample]
+    data = buffer[start:sample_end].tobytes() + bytes(2 * BLOCK)
+    walker = HeaderWalker(checker.shard, data)
+    try:
+        found = [(m.name, m.offset_data + start, m.size) for m in walker.members()]
+        walker.verify_checksums()
+    except PrepError as error:
+        checker.problem(
+            f"sample {key!r} (byte {start:,}): {getattr(error, 'problem', str(error))}",
+            RESTORE,
+            kind="damaged samples",
+        )
+        return
+    rows = np.flatnonzero(parts["index"] == samples["index"][sample]).tolist()
+    indexed = [
+        (f"{key}.{parts['name'][row]}", int(parts["offset"][row]), int(parts["size"][row])) for row in rows
+    ]
+    found = [member for member in found if not member[0].startswith("__")]
+    if found != indexed:
+        checker.problem(
+            f"sample {key!r} at byte {start:,} does not hold the members its index names: the index has"
+            f" {indexed[:3]}, the shard has {found[:3]}.",
+            RESTORE,
+            kind="damaged samples",
+        )
+
+
+def _deep_check_shard(
+    checker: _ShardChecker,
+    dataset: PreparedDataset,
+    buffer: np.ndarray,
+    samples: dict,
+    parts: dict,
+    tar_file_id: int,
+) -> None:
+    """Re-index the whole shard from its headers, compare with the index, and decode every member."""
+    try:
+        fresh = index_shard(str(dataset.shard_path(checker.shard)), checker.shard, tar_file_id)
+    except PrepError as error:
+        checker.problem(getattr(error, "problem", str(error)), RESTORE)
+        return
+    indexed_samples = [
+        (tar_file_id, key, int(i), int(o), int(s))
+        for key, i, o, s in zip(samples["key"], samples["index"], samples["offset"], samples["size"], strict=False)
+    ]
+    if fresh.samples != indexed_samples:
+        first = next((a, b) for a, b in itertools.zip_longest(fresh.samples, indexed_samples) if a != b)
+        checker.problem(
+            f"re-reading every header gives {len(fresh.samples)} samples, the index has {len(indexed_samples)};"
+            f" first difference: shard has {first[0]}, index has {first[1]}."
+        )
+    indexed_parts = [
+        (tar_file_id, int(i), name, int(o), int(s))
+        for i, name, o, s in zip(parts["index"], parts["name"], parts["offset"], parts["size"], strict=False)
+    ]
+    if sorted(fresh.parts) != sorted(indexed_parts):
+        missing = sorted(set(fresh.parts) - set(indexed_parts))[:MAX_EXAMPLES]
+        extra = sorted(set(indexed_parts) - set(fresh.parts))[:MAX_EXAMPLES]
+        checker.problem(
+            f"the members in the shard differ from the index: not indexed {missing}, indexed but absent {extra}."
+        )
+    keys = dict(zip(samples["index"].tolist(), samples["key"], strict=False))
+    for index, name, offset, size in zip(
+        parts["index"].tolist(), parts["name"], parts["offset"].tolist(), parts["size"].tolist(), strict=False
+    ):
+        if offset + size > len(buffer):
+            continue  # already reported as outside the shard
+        problem = content_problem(name, buffer[offset : offset + size].tobytes())
+        if problem is not None:
+            checker.problem(
+                f"member {keys.get(index, '?')}.{name} at byte {offset:,} cannot be decoded as {name.rsplit('.', 1)[-1]} ({problem}).",
+                "fix the source data and re-write the shard, or drop the sample by adding `"
+                + f"{checker.shard}/{keys.get(index, '?')}` to `exclude` in split.yaml",
+                kind="undecodable members",
+            )
+
+
+def _check_shard(
+    report: VerifyReport,
+    dataset: PreparedDataset,
+    tar_file_id: int,
+    samples: dict | None,
+    parts: dict | None,
+    deep: bool,
+) -> None:
+    shard = dataset.shards[tar_file_id]
+    count = dataset.shard_counts[shard]
+    checker = _ShardChecker(report, str(dataset.root), shard)
+    path = dataset.shard_path(shard)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        checker.problem(
+            "is listed in .info.json but the file is missing.",
+            "restore the shard, or if it is gone for good, " + REPREPARE + " without it",
+        )
+        return
+    try:
+        file_size = os.fstat(fd).st_size
+        index_path = dataset.tar_index_path(shard)
+        if not index_path.exists():
+            checker.problem(f"has no offset file {index_path.name}; energon's loader needs it.")
+            return
+        index_bytes = index_path.stat().st_size
+        if index_bytes % 8:
+            checker.problem(
+                f"{index_path.name} is {index_bytes} bytes, not a whole number of 8-byte offsets."
+            )
+            return
+        offsets = dataset.read_tar_index(shard)
+        if len(offsets) != count + 1:
+            checker.problem(
+                f"{index_path.name} holds {len(offsets) - 1} sample offsets but .info.json counts {count} samples."
+            )
+            return
+        if np.any(np.diff(offsets) <= 0) and count:
+            checker.problem(f"{index_path.name} offsets do not increase; the file is damaged.")
+            return
+        end = int(offsets[-1])
+        _check_tail(checker, fd, end, file_size)
+        if samples is None:
+            samples = {
+                "index": np.zeros(0, np.int64),
+                "offset": np.zeros(0, np.int64),
+                "size": np.zeros(0, np.int64),
+                "key": [],
+            }
+        if len(samples["index"]) != count:
+            checker.problem(
+                f"sqlite has {len(samples['index'])} samples for the shard but .info.json counts {count}."
+            )
+            return
+        if count == 0:
+            return
+        if not np.array_equal(samples["index"], np.arange(count)):
+            checker.problem("sqlite's sample indexes for the shard are not 0, 1, 2, ... in order.")
+            return
+        differ = np.flatnonzero(samples["offset"] != offsets[:-1])
+        if differ.size:
+            first = int(differ[0])
+            checker.problem(
+                f"sqlite and {index_path.name} disagree on where {differ.size} sample(s) start (first: sample"
+                f" {samples['key'][first]!r}, sqlite byte {int(samples['offset'][first]):,}, .tar.idx byte"
+                f" {int(offsets[first]):,})."
+            )
+            return
+        report.samples += count
+        if parts is None:
+            checker.problem("sqlite lists no parts for the shard's samples.")
+            return
+        report.parts += len(parts["index"])
+        if file_size == 0:
+            return
+        with mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) as mapped:
+            buffer = np.frombuffer(mapped, dtype=np.uint8)
+            starts = offsets[:-1]
+            readable = starts + BLOCK <= file_size
+            bad_sample_headers = np.flatnonzero(~readable)
+            good_starts = starts[readable]
+            if good_starts.size:
+                ok = _headers_ok(buffer, good_starts)
+                bad_sample_headers = np.concatenate([bad_sample_headers, np.flatnonzero(readable)[~ok]])
+            for sample in np.sort(bad_sample_headers)[:MAX_EXAMPLES].tolist():
+                checker.problem(
+                    f"sample {samples['key'][sample]!r}: byte {int(starts[sample]):,}, where the index says it"
+                    " starts, does not hold a valid tar header.",
+                    RESTORE,
+                    kind="bad sample headers",
+                )
+            _check_parts(checker, buffer, samples, parts, end)
+            if deep:
+                _deep_check_shard(checker, dataset, buffer, samples, parts, tar_file_id)
+            del buffer
+    finally:
+        os.close(fd)
+        checker.finish()
+
+
+def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> VerifyReport:
+    """Check a prepared dataset; the report lists every problem found with its fix."""
+    dataset = PreparedDataset(root)
+    report = VerifyReport(str(dataset.root), deep)
+    root_text = str(dataset.root)
+    try:
+        for name, why in (
+            (DATASET_YAML, "energon's loader needs it"),
+            (INDEX_UUID, "energon's caches key on it"),
+        ):
+            if not (dataset.meta / name).exists():
+                report.problems.append(
+                    Problem(f".nv-meta/{name}", f"is missing; {why}.", REPREPARE.format(root=root_text))
+                )
+        known = set(dataset.shards)
+        try:
+            splits, excludes = load_splits(dataset.meta / SPLIT_YAML)
+        except PrepError as error:
+            report.problems.append(
+                Problem(f".nv-meta/{SPLIT_YAML}", str(error), REPREPARE.format(root=root_text))
+            )
+            splits, excludes = {}, []
+        for split, names in splits.items():
+            for name in names:
+                if name not in known:
+                    report.problems.append(
+                        Problem(
+                            f".nv-meta/{SPLIT_YAML}",
+                            f"split {split!r} names shard {name!r}, which is not in .info.json"
+                            + (" and does not exist." if not dataset.shard_path(name).exists() else "."),
+                            REPREPARE.format(root=root_text),
+                        )
+                    )
+        in_splits = {name for names in splits.values() for name in names} | set(excludes)
+        for name in dataset.shards:
+            if splits and name not in in_splits:
+                report.warnings.append(
+                    Problem(
+                        name,
+                        "is indexed but in no split, so energon never loads it.",
+                        "add it to a split in split.yaml or re-run prepare",
+                    )
+                )
+        try:
+            samples, parts = _load_sqlite(dataset)
+        except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
+            report.problems.append(
+                Problem(".nv-meta/index.sqlite", f"cannot be read: {error}", REPREPARE.format(root=root_text))
+            )
+            samples, parts = {}, {}
+        stray = sorted(set(samples) - set(range(len(dataset.shards))))
+        if stray:
+            report.problems.append(
+                Problem(
+                    ".nv-meta/index.sqlite",
+                    f"has samples for tar_file_id(s) {stray[:5]} that .info.json does not list.",
+                    REPREPARE.format(root=root_text),
+                )
+            )
+        for tar_file_id in range(len(dataset.shards)):
+            report.shards += 1
+            _check_shard(report, dataset, tar_file_id, samples.get(tar_file_id), parts.get(tar_file_id), deep)
+    finally:
+        dataset.close()
+    return report
+
+
+def format_report(report: VerifyReport) -> str:
+    """The report for people: one paragraph per problem, each with its fix, then the verdict."""
+    mode = (
+        "deep: every member re-read and decoded"
+        if report.deep
+        else "index and headers; --deep also reads every member"
+    )
+    lines = [
+        f"verify {report.root}: {report.shards:,} shards, {report.samples:,} samples, {report.parts:,} parts ({mode})"
+    ]
+    for warning in report.warnings:
+        lines.append(f"WARNING {warning.where}: {warning.what}\n  fix: {warning.fix}")
+    for problem in report.problems:
+        lines.append(f"PROBLEM {problem.where}: {problem.what}\n  fix: {problem.fix}")
+    lines.append("healthy" if report.healthy else f"NOT healthy: {len(report.problems)} problem(s)")
+    return "\n".join(lines)
+
+
+def report_json(report: VerifyReport) -> str:
+    return json.dumps(
+        {
+            "root": report.root,
+            "healthy": report.healthy,
+            "deep": report.deep,
+            "shards": report.shards,
+            "samples": report.samples,
+            "parts": report.parts,
+            "problems": [asdict(problem) for problem in report.problems],
+            "warnings": [asdict(warning) for warning in report.warnings],
+        },
+        indent=2,
+    )
