@@ -82,14 +82,21 @@ def tar_index_name(shard_name: str) -> str:
 def split_member_name(name: str) -> tuple[str, str] | None:
     """The (sample key, part name) energon derives from a member name, or None if it skips the member.
 
+    Decided by string search in the common case; a base name that starts with a dot goes to energon's
+    regex itself, whose backtracking gives surprising but binding answers (`d/.x.y` -> key `d/`).
+
     >>> split_member_name("a.b/000001.seg.0.json")
     ('a.b/000001', 'seg.0.json')
     >>> split_member_name("__meta__/x.json") is None, split_member_name("README") is None
     (True, True)
     """
-    if SKIP_META_RE.match(name):
+    if name.startswith("__") and SKIP_META_RE.match(name):
+        return None
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot > slash + 1:
+        return name[:dot], name[dot + 1 :]
+    if dot < 0:
         return None
     match = SAMPLE_NAME_RE.match(name)
-    if match is None:
-        return None
-    return match.group(1), match.group(2)
+    return (match.group(1), match.group(2)) if match else None

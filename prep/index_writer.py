@@ -23,6 +23,27 @@ from prep.index_format import (
 )
 from prep.shard_index import ShardIndex
 
+_SHARD_SCHEMA = "shard"
+
+
+def shard_rows_database(shard: ShardIndex) -> bytes:
+    """One shard's rows as a serialised in-memory sqlite database.
+
+    Built in the scanning worker, so the per-row cost of binding parameters runs in parallel; the main
+    process then moves whole tables with one INSERT ... SELECT each.
+    """
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        db.execute(SAMPLES_TABLE.replace(" UNIQUE", ""))
+        db.execute(SAMPLE_PARTS_TABLE)
+        db.execute("BEGIN")
+        db.executemany(INSERT_SAMPLE, shard.samples)
+        db.executemany(INSERT_PART, shard.parts)
+        db.execute("COMMIT")
+        return db.serialize()
+    finally:
+        db.close()
+
 
 class DuplicateKeyError(PrepError):
     """The same sample key in two places: energon's index cannot hold it."""
@@ -35,9 +56,10 @@ class SqliteIndexWriter:
         self.path = path
         self.shard_names = shard_names
         self.db = sqlite3.connect(path, isolation_level=None)
-        # A fresh file built in a staging folder: no journal needed, nobody reads it before we finish.
+        # A fresh file in a staging folder that nobody reads before we finish: no fsync, journal in RAM
+        # (per-shard transactions keep it small).
         for pragma in (
-            "PRAGMA journal_mode = OFF",
+            "PRAGMA journal_mode = MEMORY",
             "PRAGMA synchronous = OFF",
             "PRAGMA locking_mode = EXCLUSIVE",
             "PRAGMA temp_store = MEMORY",
@@ -46,37 +68,43 @@ class SqliteIndexWriter:
             self.db.execute(pragma)
         self.db.execute(SAMPLES_TABLE)
         self.db.execute(SAMPLE_PARTS_TABLE)
-        self.db.execute("BEGIN")
 
-    def add_shard(self, shard: ShardIndex) -> None:
-        """Insert one shard's rows; a key already in the index raises DuplicateKeyError naming both places."""
-        self.db.execute("SAVEPOINT shard")
+    def add_shard(self, shard_name: str, rows_database: bytes) -> None:
+        """Insert one shard's rows (from `shard_rows_database`); a key already in the index raises
+        DuplicateKeyError naming both places."""
+        self.db.execute(f"ATTACH DATABASE ':memory:' AS {_SHARD_SCHEMA}")
         try:
-            self.db.executemany(INSERT_SAMPLE, shard.samples)
-        except sqlite3.IntegrityError:
-            self.db.execute("ROLLBACK TO shard")
-            raise self._duplicate(shard) from None
-        self.db.execute("RELEASE shard")
-        self.db.executemany(INSERT_PART, shard.parts)
+            self.db.deserialize(rows_database, name=_SHARD_SCHEMA)
+            self.db.execute("BEGIN")
+            try:
+                self.db.execute(f"INSERT INTO main.samples SELECT * FROM {_SHARD_SCHEMA}.samples")
+            except sqlite3.IntegrityError:
+                duplicate = self._duplicate(shard_name)
+                self.db.execute("ROLLBACK")
+                raise duplicate from None
+            self.db.execute(f"INSERT INTO main.sample_parts SELECT * FROM {_SHARD_SCHEMA}.sample_parts")
+            self.db.execute("COMMIT")
+        finally:
+            self.db.execute(f"DETACH DATABASE {_SHARD_SCHEMA}")
 
-    def _duplicate(self, shard: ShardIndex) -> DuplicateKeyError:
-        for _, key, _, offset, _ in shard.samples:
-            row = self.db.execute(
-                "SELECT tar_file_id, byte_offset FROM samples WHERE sample_key = ?", (key,)
-            ).fetchone()
-            if row is not None:
-                first = self.shard_names[row[0]]
-                return DuplicateKeyError(
-                    f"Sample key {key!r} appears in {first} at byte {row[1]} and again in {shard.shard} at"
-                    f" byte {offset}. energon needs every sample key to be unique across the dataset (the"
-                    " key is the member path up to the first dot of its file name). Rename one of them,"
-                    " e.g. by re-writing the shards with a per-shard key prefix, or exclude one shard with"
-                    " --exclude."
-                )
-        return DuplicateKeyError(f"{shard.shard}: a sample key is not unique across the dataset.")
+    def _duplicate(self, shard_name: str) -> DuplicateKeyError:
+        row = self.db.execute(
+            f"SELECT s.sample_key, s.byte_offset, m.tar_file_id, m.byte_offset FROM {_SHARD_SCHEMA}.samples s"
+            " JOIN main.samples m ON m.sample_key = s.sample_key ORDER BY s.sample_index LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return DuplicateKeyError(f"{shard_name}: a sample key is not unique across the dataset.")
+        key, offset, first_shard, first_offset = row
+        return DuplicateKeyError(
+            f"Sample key {key!r} appears in {self.shard_names[first_shard]} at byte {first_offset} and again"
+            f" in {shard_name} at byte {offset}. energon needs every sample key to be unique across the"
+            " dataset (the key is the member path up to the first dot of its file name). Rename one of them,"
+            " e.g. by re-writing the shards with a per-shard key prefix, or leave one shard out with --exclude."
+        )
 
     def finish(self) -> None:
         """Create the secondary indexes and close the database."""
+        self.db.execute("BEGIN")
         for statement in SECONDARY_INDEXES:
             self.db.execute(statement)
         self.db.execute("COMMIT")

@@ -62,6 +62,7 @@ def _operations_class() -> type:
         def __init__(self, tree: MountTree, on_ready: Callable[[], None] | None) -> None:
             self.tree = tree
             self.on_ready = on_ready
+            self.was_mounted = False
             self.dataset = tree.dataset
             info = os.stat(self.dataset.meta)
             self._times = {
@@ -133,6 +134,7 @@ def _operations_class() -> type:
             return 0
 
         def init(self, path: str) -> None:
+            self.was_mounted = True
             if self.on_ready is not None:
                 self.on_ready()
 
@@ -166,10 +168,13 @@ def serve(
         "attr_timeout": CACHE_SECONDS,
         "negative_timeout": CACHE_SECONDS,
         "kernel_cache": True,
+        "max_threads": 16,
     }
     try:
         mfusepy.FUSE(operations, mountpoint, foreground=True, nothreads=False, debug=debug, **options)
     except RuntimeError as error:
+        if operations.was_mounted:  # libfuse reports the signal that ended a live mount (Ctrl-C) as an error
+            return
         raise PrepError(
             f"Mounting at {mountpoint} failed (libfuse error {error}). Check that the mount point is an"
             f" existing folder that is not already mounted. {FUSE_INSTALL_HINT}"

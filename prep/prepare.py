@@ -27,6 +27,7 @@ from prep.index_writer import (
     info_json_text,
     info_yaml_text,
     new_index_uuid,
+    shard_rows_database,
     split_yaml_text,
 )
 from prep.shard_index import MAX_PART_NAMES, ShardIndex, index_shard, tar_index_bytes
@@ -138,21 +139,35 @@ def indexed_shards(root: Path) -> list[str]:
         raise PrepError(f"{root / META_DIR} holds an unreadable shard list ({error}). Run a full prepare.") from None
 
 
-def _index_task(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> ShardIndex | ShardError:
+@dataclass
+class IndexedShard:
+    """What a worker sends back for one shard: counts, part names, its rows as a sqlite image."""
+
+    shard: str
+    tar_file_id: int
+    count: int
+    part_names: set[str]
+    rows_database: bytes
+    first_samples: list[tuple[str, list[tuple[str, int, int]]]]
+
+
+def _index_task(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> IndexedShard | ShardError:
     """Worker: index one shard and write its staged `.tar.idx`. Errors come back as values, not raises."""
     try:
         result = index_shard(os.path.join(root, shard), shard, tar_file_id)
         with open(staged_tar_index, "wb") as file:
             file.write(tar_index_bytes(result.offsets))
-        result.offsets = type(result.offsets)("Q")
-        return result
+        first = _first_samples(result) if tar_file_id == 0 else []
+        return IndexedShard(
+            shard, tar_file_id, result.count, result.part_names, shard_rows_database(result), first
+        )
     except ShardError as error:
         return error
     except OSError as error:
         return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
 
 
-def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[ShardIndex | ShardError]:
+def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[IndexedShard | ShardError]:
     """Results in shard order, with at most a few shards in flight so memory stays flat."""
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
@@ -243,7 +258,7 @@ def _index_into(
             if errors:
                 continue  # keep scanning to report every bad shard, but stop building
             try:
-                writer.add_shard(result)
+                writer.add_shard(result.shard, result.rows_database)
             except DuplicateKeyError as error:
                 errors.append(error)
                 continue
@@ -251,7 +266,7 @@ def _index_into(
             if len(part_names) < MAX_PART_NAMES:
                 part_names.update(result.part_names)
             if result.tar_file_id == 0:
-                staged.first_samples = _first_samples(result)
+                staged.first_samples = result.first_samples
         if errors:
             raise _shard_errors_report(errors)
         writer.finish()

@@ -49,35 +49,41 @@ def index_shard(path: str, shard: str, tar_file_id: int) -> ShardIndex:
         walker = HeaderWalker(shard, buffer)
         result = ShardIndex(shard, tar_file_id)
         samples, parts, offsets, part_names = result.samples, result.parts, result.offsets, result.part_names
+        names, starts, data_offsets, sizes = walker.scan()
+        walker.verify_checksums()
         seen: dict[str, int] = {}
         key: str | None = None
         start = 0
         index = -1
-        for member in walker.members():
-            split = split_member_name(member.name)
-            if split is None:
-                continue
-            member_key, part = split
+        for name, member_start, offset_data, size in zip(names, starts, data_offsets, sizes, strict=True):
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot > slash + 1 and not name.startswith("__"):  # the common case, decided inline
+                member_key, part = name[:dot], name[dot + 1 :]
+            else:
+                split = split_member_name(name)
+                if split is None:
+                    continue
+                member_key, part = split
             if member_key != key:
                 if key is not None:
-                    samples.append((tar_file_id, key, index, start, member.offset - start))
+                    samples.append((tar_file_id, key, index, start, member_start - start))
                 if member_key in seen:
                     raise ShardError(
                         shard,
                         f"sample key {member_key!r} appears again after other samples (its first part is"
                         f" at byte {seen[member_key]}). energon needs all parts of a sample next to each"
                         " other and every key unique.",
-                        offset=member.offset,
+                        offset=member_start,
                         advice="Re-write the shard with each sample's parts together (shardprep write does)"
                         " or give the sample a unique key.",
                     )
-                key, start, index = member_key, member.offset, index + 1
+                key, start, index = member_key, member_start, index + 1
                 seen[key] = start
                 offsets.append(start)
             if len(part_names) < MAX_PART_NAMES:
                 part_names.add(part)
-            parts.append((tar_file_id, index, part, member.offset_data, member.size))
-        walker.verify_checksums()
+            parts.append((tar_file_id, index, part, offset_data, size))
         if key is not None:
             samples.append((tar_file_id, key, index, start, walker.end - start))
         offsets.append(walker.end)

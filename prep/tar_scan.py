@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+import numpy as np
 
 from prep.errors import ShardError
 
@@ -25,7 +28,10 @@ REGULAR_TYPES = frozenset(b"0\x007")  # REGTYPE, AREGTYPE, CONTTYPE
 KNOWN_NON_REGULAR = frozenset(b"123456")  # links, devices, directory, fifo: no data follows them
 GNU_LONGNAME, GNU_LONGLINK, GNU_SPARSE = ord("L"), ord("K"), ord("S")
 PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED = ord("x"), ord("g"), ord("X")
+EXTENSION_TYPES = frozenset((GNU_LONGNAME, GNU_LONGLINK, PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED))
 AREGTYPE = 0
+#: PAX records that change what is indexed (the rest, e.g. webdataset's float mtime, are skipped unparsed).
+_PAX_MATTERS = re.compile(rb"\d+ (?:path|size|GNU\.sparse[^=]*|hdrcharset)=")
 
 COMPRESSED_MAGIC = {
     b"\x1f\x8b": "gzip",
@@ -151,115 +157,154 @@ class HeaderWalker:
         )
 
     def members(self) -> Iterator[Member]:
-        buf, size, shard = self.buf, self.size, self.shard
+        """The shard's regular members in order (after `scan()`'s fast walk)."""
+        names, starts, data_offsets, sizes = self.scan()
+        for name, start, offset_data, size in zip(names, starts, data_offsets, sizes, strict=True):
+            yield Member(name, start, offset_data, size)
+
+    def scan(self) -> tuple[list[str], array, array, array]:
+        """Walk every header once: (names, member starts, data offsets, sizes) of the regular members.
+
+        The loop is the hot path of `prepare`: it slices only the header fields it needs and decides the
+        common case (a plain or PAX-mtime-only header) with a few byte comparisons.
+        """
+        buf, size = self.buf, self.size
         header_offsets = self.header_offsets
+        names: list[str] = []
+        starts, data_offsets, sizes = array("q"), array("q"), array("q")
         global_pax: dict[str, str] = {}
         pos = 0
         chain_start = -1  # first header of an L/K/x chain: where the member "starts" for energon
         long_name: str | None = None
         pax: dict[str, str] | None = None
         while True:
-            header = buf[pos : pos + BLOCK]
-            if len(header) < BLOCK:
-                if pos == 0 and not header:
-                    raise ShardError(
-                        shard,
-                        "is an empty file, not a tar archive.",
-                        advice="Remove it or exclude it with --exclude.",
-                    )
-                if not header:
-                    problem = (
-                        "the shard ends without the end-of-archive marker (two zero blocks) that every tar"
-                        " writer puts there: it was probably cut short at a member boundary."
-                    )
-                else:
-                    problem = (
-                        f"the shard ends inside a header ({len(header)} of its {BLOCK} bytes are there):"
-                        " it was cut short."
-                    )
-                raise self._fail(pos, problem)
-            if header == ZERO_BLOCK:
+            if pos + BLOCK > size:
+                raise self._fail(pos, self._short_end_problem(pos))
+            typeflag = buf[pos + 156]
+            if typeflag == 0 and buf[pos] == 0 and buf[pos : pos + BLOCK] == ZERO_BLOCK:
                 if chain_start >= 0:
                     raise self._fail(
                         chain_start,
                         "an extended header is followed by the end-of-archive marker instead of a member.",
                     )
                 self.end = pos
-                return
+                return names, starts, data_offsets, sizes
             header_offsets.append(pos)
-            if pos == 0 and not header_checksum_ok(header):
+            if pos == 0 and not header_checksum_ok(buf[0:BLOCK]):
                 raise self._corrupt(0)
-            typeflag = header[156]
+            size_field = buf[pos + 124 : pos + 136]
             try:
-                member_size = _number(header[124:136])
+                member_size = int(size_field[:11], 8)
             except ValueError:
-                raise self._fail(pos, "the header's size field is not a number") from None
+                try:
+                    member_size = _number(size_field)
+                except ValueError:
+                    raise self._fail(pos, "the header's size field is not a number") from None
             offset_data = pos + BLOCK
-            if typeflag in (GNU_LONGNAME, GNU_LONGLINK, PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED):
+
+            if typeflag in REGULAR_TYPES:
+                if long_name is not None:
+                    name = long_name
+                else:
+                    raw_name = buf[pos : pos + 100]
+                    nul = raw_name.find(0)
+                    if nul >= 0:
+                        raw_name = raw_name[:nul]
+                    if buf[pos + 345]:  # ustar prefix (tarfile joins it for every non-GNU type)
+                        raw_name = buf[pos + 345 : pos + 500].split(b"\0", 1)[0] + b"/" + raw_name
+                    try:
+                        name = raw_name.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise self._fail(pos, NOT_UTF8) from None
+                if pax is not None or global_pax:
+                    name, member_size = self._apply_pax(pos, name, member_size, global_pax, pax)
+                next_pos = offset_data + (member_size + BLOCK - 1) // BLOCK * BLOCK
+                if next_pos > size or member_size < 0:
+                    raise self._fail(pos, self._cut_data_problem(name, member_size, next_pos))
+                if typeflag != AREGTYPE or not name.endswith("/"):  # V7 folders end with a slash
+                    names.append(name)
+                    starts.append(chain_start if chain_start >= 0 else pos)
+                    data_offsets.append(offset_data)
+                    sizes.append(member_size)
+                chain_start, long_name, pax = -1, None, None
+                pos = next_pos
+                continue
+
+            if typeflag in EXTENSION_TYPES:
                 data_end = offset_data + member_size
                 if member_size < 0 or data_end > size:
                     raise self._fail(pos, "an extended header's data runs past the end of the shard")
-                data = buf[offset_data:data_end]
                 if typeflag != PAX_GLOBAL and chain_start < 0:
                     chain_start = pos
+                data = buf[offset_data:data_end]
                 if typeflag == GNU_LONGNAME:
                     try:
                         long_name = _text(data)
                     except UnicodeDecodeError:
                         raise self._fail(pos, NOT_UTF8) from None
-                elif typeflag in (PAX_EXTENDED, SOLARIS_EXTENDED, PAX_GLOBAL):
-                    try:
-                        records = _parse_pax(data)
-                    except UnicodeDecodeError:
-                        raise self._fail(pos, NOT_UTF8) from None
-                    except ValueError as exc:
-                        raise self._fail(pos, f"the PAX header is malformed ({exc})") from None
-                    if any(key.startswith("GNU.sparse") for key in records):
-                        raise self._unsupported_sparse(pos)
+                elif typeflag != GNU_LONGLINK and _PAX_MATTERS.search(data):
+                    records = self._pax_records(pos, data)
                     if typeflag == PAX_GLOBAL:
                         global_pax.update(records)
                     else:
                         pax = records if pax is None else {**pax, **records}
-                pos = offset_data + _block_ceil(member_size)
+                pos = offset_data + (member_size + BLOCK - 1) // BLOCK * BLOCK
                 continue
 
             if typeflag == GNU_SPARSE:
                 raise self._unsupported_sparse(pos)
-            if long_name is not None:
-                name = long_name
-            else:
-                try:
-                    name = _text(header[0:100])
-                    if header[345]:  # ustar prefix (tarfile joins it for every non-GNU type)
-                        name = _text(header[345:500]) + "/" + name
-                except UnicodeDecodeError:
-                    raise self._fail(pos, NOT_UTF8) from None
-            if global_pax or pax:
-                effective = {**global_pax, **(pax or {})}
-                if "path" in effective:
-                    name = effective["path"].rstrip("/")
-                if "size" in effective:
-                    try:
-                        member_size = int(effective["size"])
-                    except ValueError:
-                        raise self._fail(pos, "the PAX size record is not a number") from None
-            is_regular = typeflag in REGULAR_TYPES and not (typeflag == AREGTYPE and name.endswith("/"))
-            start = chain_start if chain_start >= 0 else pos
+            # Links, folders, devices: no data follows. Unknown types: tarfile skips their data.
+            if pax is not None or global_pax:
+                _, member_size = self._apply_pax(pos, "", member_size, global_pax, pax)
+            next_pos = offset_data
+            if typeflag not in KNOWN_NON_REGULAR:
+                next_pos += (member_size + BLOCK - 1) // BLOCK * BLOCK
+                if next_pos > size or member_size < 0:
+                    raise self._fail(pos, "a member's data runs past the end of the shard")
             chain_start, long_name, pax = -1, None, None
-            if is_regular or typeflag not in KNOWN_NON_REGULAR:
-                next_pos = offset_data + _block_ceil(member_size)
-                if member_size < 0 or next_pos > size:
-                    raise self._fail(
-                        pos,
-                        f"member {name!r} declares {member_size} bytes of data (ending at byte {next_pos}"
-                        f" with padding) but the shard ends at byte {size}: it was cut short inside the"
-                        " member's data.",
-                    )
-            else:
-                next_pos = offset_data
-            if is_regular:
-                yield Member(name, start, offset_data, member_size)
             pos = next_pos
+
+    def _pax_records(self, pos: int, data: bytes) -> dict[str, str]:
+        try:
+            records = _parse_pax(data)
+        except UnicodeDecodeError:
+            raise self._fail(pos, NOT_UTF8) from None
+        except ValueError as exc:
+            raise self._fail(pos, f"the PAX header is malformed ({exc})") from None
+        if any(key.startswith("GNU.sparse") for key in records):
+            raise self._unsupported_sparse(pos)
+        return records
+
+    def _apply_pax(
+        self, pos: int, name: str, size: int, global_pax: dict[str, str], pax: dict[str, str] | None
+    ) -> tuple[str, int]:
+        effective = {**global_pax, **pax} if pax else global_pax
+        if "path" in effective:
+            name = effective["path"].rstrip("/")
+        if "size" in effective:
+            try:
+                size = int(effective["size"])
+            except ValueError:
+                raise self._fail(pos, "the PAX size record is not a number") from None
+        return name, size
+
+    def _short_end_problem(self, pos: int) -> str:
+        left = self.size - pos
+        if pos == 0 and left == 0:
+            return "is an empty file, not a tar archive."
+        if left <= 0:
+            return (
+                "the shard ends without the end-of-archive marker (zero blocks) that every tar writer puts"
+                " there: it was probably cut short at a member boundary."
+            )
+        return f"the shard ends inside a header ({left} of its {BLOCK} bytes are there): it was cut short."
+
+    @staticmethod
+    def _cut_data_problem(name: str, member_size: int, next_pos: int) -> str:
+        return (
+            f"member {name!r} declares {member_size} bytes of data (ending at byte {next_pos} with padding)"
+            " but the shard ends before that: it was cut short inside the member's data."
+        )
 
     def _unsupported_sparse(self, offset: int) -> ShardError:
         return ShardError(
@@ -273,17 +318,15 @@ class HeaderWalker:
         """The offset of the first visited header whose checksum is wrong, checked in vectorised batches."""
         if not self.header_offsets:
             return None
-        import numpy as np
-
-        data = np.frombuffer(self.buf, dtype=np.uint8)
-        offsets = np.frombuffer(self.header_offsets, dtype=np.int64)
-        columns = np.concatenate([np.arange(0, 148), np.arange(156, BLOCK)])
-        for start in range(0, len(offsets), 8192):
-            chunk = offsets[start : start + 8192]
-            sums = data[chunk[:, None] + columns].sum(axis=1, dtype=np.int64) + 8 * 0x20
-            stored = np.array([_stored_checksum(self.buf, int(o)) for o in chunk], dtype=np.int64)
-            for index in np.nonzero(sums != stored)[0]:
-                offset = int(chunk[index])
+        whole_blocks = self.size // BLOCK
+        blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole_blocks * BLOCK).reshape(whole_blocks, BLOCK)
+        rows_at = np.frombuffer(self.header_offsets, dtype=np.int64) // BLOCK
+        for first in range(0, len(rows_at), 16384):
+            headers = blocks[rows_at[first : first + 16384]]
+            field = headers[:, 148:156]
+            computed = headers.sum(axis=1, dtype=np.int64) - field.sum(axis=1, dtype=np.int64) + 8 * 0x20
+            for row in np.nonzero(computed != _octal_fields(field))[0]:
+                offset = int(rows_at[first + row]) * BLOCK
                 if not header_checksum_ok(self.buf[offset : offset + BLOCK]):
                     return offset
         return None
@@ -295,11 +338,20 @@ class HeaderWalker:
             raise self._corrupt(corrupt)
 
 
-def _stored_checksum(buf: mmap.mmap | bytes, offset: int) -> int:
-    try:
-        return _number(buf[offset + 148 : offset + 156])
-    except ValueError:
-        return -1
+def _octal_fields(field: np.ndarray) -> np.ndarray:
+    """Vectorised tar octal fields: digits accumulate, spaces are skipped, a NUL ends the number.
+
+    Headers whose value disagrees are re-checked one by one with the exact rules, so this only has to be
+    right for the usual encodings.
+    """
+    value = np.zeros(len(field), dtype=np.int64)
+    active = np.ones(len(field), dtype=bool)
+    for column in range(field.shape[1]):
+        char = field[:, column].astype(np.int64)
+        active &= char != 0
+        digit = active & (char >= 48) & (char <= 55)
+        value = np.where(digit, value * 8 + (char - 48), value)
+    return value
 
 
 def open_shard(path: str, shard: str) -> mmap.mmap | bytes:
