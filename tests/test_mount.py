@@ -1,0 +1,216 @@
+"""`shardprep mount`: a real FUSE mount of datasets prepared by energon and by shardprep."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from prep.index_format import split_member_name
+from prep.mount import fuse_problem
+from prep.mount_tree import escape_name
+from tests.inspect_datasets import (
+    BIG_PART_BYTES,
+    PREPARERS,
+    REPO,
+    prepared_dataset,
+    run_shardprep,
+    tar_members,
+)
+
+FUSE_MISSING = fuse_problem()
+pytestmark = pytest.mark.skipif(FUSE_MISSING is not None, reason=f"FUSE unavailable: {FUSE_MISSING}")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("mount-datasets")
+
+
+class Mounted:
+    def __init__(self, dataset: Path, mountpoint: Path, *args: str) -> None:
+        self.mountpoint = mountpoint
+        result = run_shardprep("mount", str(dataset), str(mountpoint), *args, check=True)
+        match = re.search(r"mounted at (.+) \(pid (\d+)\)", result.stdout)
+        assert match, result.stdout
+        self.pid = int(match.group(2))
+
+    def __enter__(self) -> Mounted:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if os.path.ismount(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], check=False)
+
+
+def expected_files(dataset: Path, view: str, split_shards: set[str] | None = None) -> dict[str, bytes]:
+    """Relative mount path -> bytes, from Python's tarfile and energon's key rule."""
+    files = {}
+    for shard, members in tar_members(dataset).items():
+        if split_shards is not None and shard not in split_shards:
+            continue
+        for name, data in members.items():
+            key, part = split_member_name(name)
+            if view == "flat":
+                path = escape_name(f"{key}.{part}")
+            elif view == "sample":
+                path = f"{escape_name(key)}/{escape_name(part)}"
+            else:
+                path = f"{shard}/{escape_name(key)}/{escape_name(part)}"
+            files[path] = data
+    return files
+
+
+def files_under(mountpoint: Path) -> dict[str, bytes]:
+    found = {}
+    for folder, _, names in os.walk(mountpoint):
+        for name in names:
+            path = Path(folder, name)
+            found[str(path.relative_to(mountpoint))] = path.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+@pytest.mark.parametrize("view", ["flat", "sample", "shard"])
+def test_every_file_read_through_the_mount_equals_the_tar_member(base, tmp_path, preparer, view):
+    dataset = prepared_dataset(base, preparer)
+    with Mounted(dataset, tmp_path / "mnt", "--view", view) as mounted:
+        assert files_under(mounted.mountpoint) == expected_files(dataset, view)
+
+
+def test_names_from_the_tar_never_escape_the_mount(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt", "--view", "sample") as mounted:
+        for folder, dirs, names in os.walk(mounted.mountpoint):
+            for name in dirs + names:
+                assert "/" not in name and name not in (".", "..")
+                real = os.path.realpath(os.path.join(folder, name))
+                assert real.startswith(str(mounted.mountpoint) + os.sep)
+        assert (mounted.mountpoint / "..%2Fescape" / "txt").read_bytes() == b"must stay inside the mount\n"
+        assert not (tmp_path / "escape").exists()
+        assert not (mounted.mountpoint / ".." / "escape").exists()
+
+
+def test_ranged_reads_of_a_big_part_return_exactly_the_requested_bytes(base, tmp_path):
+    dataset = prepared_dataset(base, "shardprep")
+    expected = tar_members(dataset)["shard-001.tar"]["s1_002.bin"]
+    assert len(expected) == BIG_PART_BYTES
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        path = mounted.mountpoint / "s1_002.bin"
+        assert path.stat().st_size == BIG_PART_BYTES
+        with open(path, "rb", buffering=0) as part:
+            for offset, size in [
+                (0, 1),
+                (1, 4095),
+                (131071, 300000),
+                (BIG_PART_BYTES - 10, 100),
+                (BIG_PART_BYTES, 5),
+            ]:
+                part.seek(offset)
+                assert part.read(size) == expected[offset : offset + size]
+        with open(path, "rb") as part:
+            assert part.read() == expected
+
+
+def test_concurrent_readers_all_get_the_right_bytes(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    expected = expected_files(dataset, "flat")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+
+        def read(name: str) -> bytes:
+            return (mounted.mountpoint / name).read_bytes()
+
+        names = sorted(expected) * 4
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(read, names))
+    assert results == [expected[name] for name in names]
+
+
+def test_split_option_shows_only_the_shards_of_that_split(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    split_yaml = (dataset / ".nv-meta" / "split.yaml").read_text()
+    with Mounted(dataset, tmp_path / "mnt", "--view", "shard", "--split", "train") as mounted:
+        shown = set(os.listdir(mounted.mountpoint))
+    assert shown and all(name in split_yaml or name.startswith("shard-00") for name in shown)
+    from prep.dataset_reader import PreparedDataset
+
+    with PreparedDataset(dataset) as prepared:
+        assert shown == set(prepared.split_shards("train"))
+
+
+def test_mount_is_read_only(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        with pytest.raises(OSError):
+            open(mounted.mountpoint / "s0_000.txt", "r+b")
+        with pytest.raises(OSError):
+            (mounted.mountpoint / "new.txt").write_bytes(b"x")
+
+
+def test_umount_unmounts_and_ends_the_mount_process(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mounted = Mounted(dataset, tmp_path / "mnt")
+    assert os.path.ismount(mounted.mountpoint)
+    result = run_shardprep("umount", str(mounted.mountpoint), check=True)
+    assert "unmounted" in result.stdout
+    assert not os.path.ismount(mounted.mountpoint)
+    for _ in range(100):
+        if not Path(f"/proc/{mounted.pid}").exists():
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{mounted.pid}").exists()
+    again = run_shardprep("umount", str(mounted.mountpoint))
+    assert again.returncode != 0 and "not a mount point" in again.stderr
+
+
+def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--foreground"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
+        assert (mountpoint / "s0_000.txt").read_bytes() == b"sample 0\n"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if os.path.ismount(mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    assert process.returncode == 0, err
+    assert "unmounted" in out
+    assert not os.path.ismount(mountpoint)
+
+
+def test_without_libfuse_mount_fails_and_says_what_to_install(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(tmp_path / "mnt")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "FUSE_LIBRARY_PATH": str(tmp_path / "no-libfuse3.so")},
+    )
+    assert result.returncode != 0
+    assert "apt-get install fuse3" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_mounting_onto_a_mount_point_in_use_is_refused(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        result = run_shardprep("mount", str(dataset), str(mounted.mountpoint))
+    assert result.returncode != 0 and "already a mount point" in result.stderr
