@@ -1,0 +1,1 @@
+"""Load-time code: tokenizing, packing and assembling samples; energon glue lives in `energon_*` modules."""

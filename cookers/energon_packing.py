@@ -1,0 +1,231 @@
+"""energon glue for token packing: a cooker for text/JSON crude samples and the `PackingTaskEncoder`.
+
+The steps map onto energon's hooks one to one:
+
+- cooker (`cook_text_document`): a crude sample's `txt` part, or its `json` part's `text` field (or its
+  `prompt` + `completion` fields for SFT) becomes a `TextDocument`.
+- `encode_sample`: tokenize; apply the over-long policy here, so that energon's packing buffer only holds
+  pieces that fit (`split` yields several pieces of one document; it is a generator for that reason).
+- `select_samples_to_pack` (stateless): plan bins over the buffer's lengths with `cookers.packing`; every
+  sample of the buffer lands in exactly one group (energon drops what this leaves out).
+- `pack_selected_samples` (stateless): lay a group out with `cookers.packed_layout`. For `concat` the
+  whole buffer is one group and this yields one pack per `seq_length` tokens.
+- `batch`: join the packs of a batch into one padding-free row of torch tensors, the layout of Hugging
+  Face's flash-attention path (`cu_seq_lens_q/k`, `max_length_q/k`, `position_ids`); Megatron's
+  `PackedSeqParams` come from `PackedBatch.megatron_packed_seq_params()`.
+
+The algorithms live in pure modules; this module only adapts them to energon's types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+
+import numpy as np
+import torch
+from megatron.energon import Batch, Cooker, Sample, TaskEncoder, edataclass, stateless
+
+from cookers.packed_layout import LABEL_CONVENTIONS, PackedSequence, flatten_packs, layout_pack
+from cookers.packing import ALGORITHMS, OVERLONG_POLICIES, OverlongDocumentError, plan_packs
+from cookers.tokenizer import TokenizerAdapter
+
+
+@edataclass
+class TextDocument(Sample):
+    """A cooked text sample: plain text, or a prompt and a completion (SFT)."""
+
+    text: str | None = None
+    prompt: str | None = None
+    completion: str | None = None
+
+
+@edataclass
+class TokenizedDocument(Sample):
+    """A document (or a piece of one, for `split`) as tokens; `loss_mask` None supervises all tokens."""
+
+    input_ids: np.ndarray
+    loss_mask: np.ndarray | None = None
+
+
+@edataclass
+class PackedSample(Sample):
+    """One pack: the layout arrays of `cookers.packed_layout.PackedSequence` plus the keys of its documents."""
+
+    pack: PackedSequence
+    document_keys: list[str]
+
+
+@edataclass
+class PackedBatch(Batch):
+    """Packs joined into one row: tensors of shape [1, T], boundaries in `cu_seq_lens_q/k` (int32)."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    position_ids: torch.Tensor
+    seq_ids: torch.Tensor
+    cu_seq_lens_q: torch.Tensor
+    cu_seq_lens_k: torch.Tensor
+    max_length_q: int
+    max_length_k: int
+    num_tokens: int
+    num_packs: int
+    document_keys: list[list[str]]
+    layout: PackedSequence
+
+    def flash_attention_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for a Hugging Face model's forward on the flash-attention varlen path."""
+        return {
+            "input_ids": self.input_ids,
+            "labels": self.labels,
+            "position_ids": self.position_ids,
+            "cu_seq_lens_q": self.cu_seq_lens_q,
+            "cu_seq_lens_k": self.cu_seq_lens_k,
+            "max_length_q": self.max_length_q,
+            "max_length_k": self.max_length_k,
+        }
+
+    def megatron_packed_seq_params(self) -> dict[str, object]:
+        """Keyword arguments for Megatron-core's `PackedSeqParams` (THD), boundaries as int32 tensors."""
+        params = self.layout.megatron_packed_seq_params()
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in params.items()}
+
+
+def _part_text(value: object) -> object:
+    """A part as energon handed it over: decoded already (str/dict) or raw bytes."""
+    return value.decode("utf-8") if isinstance(value, bytes | bytearray) else value
+
+
+@stateless
+def cook_text_document(sample: dict) -> TextDocument:
+    """Cook a crude sample: `txt` part, or `json` part with `text` or `prompt` + `completion` fields."""
+    key = sample["__key__"]
+    base = {k: sample[k] for k in ("__key__", "__restore_key__", "__subflavors__", "__sources__") if k in sample}
+    if "json" in sample:
+        record = _part_text(sample["json"])
+        if isinstance(record, str):
+            record = json.loads(record)
+        if "prompt" in record and "completion" in record:
+            return TextDocument(**base, prompt=record["prompt"], completion=record["completion"])
+        if "text" in record:
+            return TextDocument(**base, text=record["text"])
+        raise ValueError(f"sample {key}: json part has neither 'text' nor 'prompt' + 'completion'")
+    if "txt" in sample:
+        return TextDocument(**base, text=_part_text(sample["txt"]))
+    parts = sorted(k for k in sample if not k.startswith("__"))
+    raise ValueError(f"sample {key}: no txt or json part to cook (parts: {', '.join(parts)})")
+
+
+class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatch, PackedBatch]):
+    """Tokenize text samples and pack them into sequences of at most `seq_length` tokens.
+
+    Use with `get_train_dataset(..., packing_buffer_size=N, task_encoder=PackingTaskEncoder(...))`;
+    `batch_size` then counts packs.
+    """
+
+    cookers = (Cooker(cook_text_document),)
+
+    def __init__(
+        self,
+        tokenizer: TokenizerAdapter,
+        seq_length: int,
+        algorithm: str = "bfd",
+        labels: str = "unshifted",
+        overlong: str = "split",
+        pad_to_multiple_of: int | None = None,
+    ) -> None:
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        if labels not in LABEL_CONVENTIONS:
+            raise ValueError(f"unknown label convention {labels!r}; choose one of {', '.join(LABEL_CONVENTIONS)}")
+        if overlong not in OVERLONG_POLICIES:
+            raise ValueError(f"unknown over-long policy {overlong!r}; choose one of {', '.join(OVERLONG_POLICIES)}")
+        if pad_to_multiple_of is not None and seq_length % pad_to_multiple_of:
+            raise ValueError(f"seq_length {seq_length} is not a multiple of pad_to_multiple_of {pad_to_multiple_of}")
+        self.tokenizer = tokenizer
+        self.seq_length = seq_length
+        self.algorithm = algorithm
+        self.labels = labels
+        self.overlong = overlong
+        self.pad_to_multiple_of = pad_to_multiple_of
+
+    @stateless
+    def encode_sample(self, sample: TextDocument) -> Generator[TokenizedDocument, None, None]:
+        """Tokenize one document and yield it, or its pieces when it is over-long and the policy is `split`."""
+        if sample.text is not None:
+            ids, mask = self.tokenizer.encode(sample.text), None
+        else:
+            ids, mask = self.tokenizer.encode_prompt_completion(sample.prompt, sample.completion)
+        length = len(ids)
+        if length <= self.seq_length or self.algorithm == "concat":
+            yield TokenizedDocument.derive_from(sample, input_ids=ids, loss_mask=mask)
+            return
+        if self.overlong == "error":
+            raise OverlongDocumentError(
+                f"sample {sample.__key__} has {length} tokens, more than the sequence length {self.seq_length}; "
+                "use the over-long policy 'truncate' or 'split' to pack it"
+            )
+        stops = [self.seq_length] if self.overlong == "truncate" else range(self.seq_length, length + self.seq_length, self.seq_length)
+        for piece, stop in enumerate(stops):
+            start, stop = stop - self.seq_length, min(stop, length)
+            yield TokenizedDocument.derive_from(
+                sample,
+                __key__=sample.__key__ if self.overlong == "truncate" else f"{sample.__key__}#{piece}",
+                input_ids=ids[start:stop],
+                loss_mask=None if mask is None else mask[start:stop],
+            )
+
+    @stateless
+    def select_samples_to_pack(self, samples: list[TokenizedDocument]) -> list[list[TokenizedDocument]]:
+        """Group the whole buffer into bins; every sample goes into exactly one group."""
+        if self.algorithm == "concat":
+            return [samples]
+        plan = plan_packs(
+            [len(s.input_ids) for s in samples],
+            self.seq_length,
+            self.algorithm,
+            names=[s.__key__ for s in samples],
+        )
+        return [[samples[d] for d in docs] for docs in plan.bins()]
+
+    @stateless
+    def pack_selected_samples(self, samples: list[TokenizedDocument]) -> Generator[PackedSample, None, None]:
+        """Lay out one group as a pack (for `concat`: as many packs as its tokens fill)."""
+        if self.algorithm == "concat":
+            plan = plan_packs([len(s.input_ids) for s in samples], self.seq_length, "concat")
+            bins = list(plan)
+        else:
+            bins = [[(i, 0, len(s.input_ids)) for i, s in enumerate(samples)]]
+        for pieces in bins:
+            chosen = [samples[d] for d, _, _ in pieces]
+            pack = layout_pack(
+                [samples[d].input_ids[a:b] for d, a, b in pieces],
+                [None if samples[d].loss_mask is None else samples[d].loss_mask[a:b] for d, a, b in pieces],
+                labels=self.labels,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                pad_id=self.tokenizer.pad_id,
+            )
+            keys = [s.__key__ for s in chosen]
+            yield PackedSample.derive_from(chosen[0], __key__="+".join(keys), pack=pack, document_keys=keys)
+
+    @stateless
+    def batch(self, samples: list[PackedSample]) -> PackedBatch:
+        """Join packs into one row of torch tensors (padding-free batch)."""
+        flat = flatten_packs([s.pack for s in samples])
+        cu = torch.from_numpy(flat.cu_seqlens)
+        return PackedBatch(
+            __key__=[s.__key__ for s in samples],
+            __restore_key__=(),
+            input_ids=torch.from_numpy(flat.input_ids)[None],
+            labels=torch.from_numpy(flat.labels)[None],
+            position_ids=torch.from_numpy(flat.position_ids)[None],
+            seq_ids=torch.from_numpy(flat.seq_ids)[None],
+            cu_seq_lens_q=cu,
+            cu_seq_lens_k=cu,
+            max_length_q=flat.max_seqlen,
+            max_length_k=flat.max_seqlen,
+            num_tokens=flat.num_tokens,
+            num_packs=len(samples),
+            document_keys=[s.document_keys for s in samples],
+            layout=flat,
+        )
