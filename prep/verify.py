@@ -154,15 +154,18 @@ def _group(rows: list[tuple], numeric: tuple[str, ...], text: str) -> dict[int, 
     return grouped
 
 
-def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> None:
-    """The bytes after the last sample: the end-of-archive marker and zero padding, nothing else."""
+def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bool:
+    """The bytes after the last sample: the end-of-archive marker and zero padding, nothing else.
+
+    Returns False for a truncated shard, whose other complaints would only repeat this one.
+    """
     if file_size < end + 2 * BLOCK:
         checker.problem(
             f"the shard is {file_size:,} bytes but its index says its samples end at byte {end:,}, followed by"
             " the 1,024-byte end-of-archive marker: the shard was truncated after prepare.",
             RESTORE,
         )
-        return
+        return False
     position = end
     while position < file_size:
         chunk = os.pread(fd, min(TAIL_CHUNK, file_size - position), position)
@@ -174,8 +177,9 @@ def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> No
                 " see it.",
                 "if the appended data belongs in the dataset, " + REPREPARE + "; otherwise restore the shard",
             )
-            return
+            return True
         position += len(chunk)
+    return True
 
 
 def _check_parts(checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, end: int) -> None:
@@ -275,7 +279,9 @@ def _deep_check_shard(
         return
     indexed_samples = [
         (tar_file_id, key, int(i), int(o), int(s))
-        for key, i, o, s in zip(samples["key"], samples["index"], samples["offset"], samples["size"], strict=False)
+        for key, i, o, s in zip(
+            samples["key"], samples["index"], samples["offset"], samples["size"], strict=False
+        )
     ]
     if fresh.samples != indexed_samples:
         first = next((a, b) for a, b in itertools.zip_longest(fresh.samples, indexed_samples) if a != b)
@@ -351,7 +357,8 @@ def _check_shard(
             checker.problem(f"{index_path.name} offsets do not increase; the file is damaged.")
             return
         end = int(offsets[-1])
-        _check_tail(checker, fd, end, file_size)
+        if not _check_tail(checker, fd, end, file_size):
+            return
         if samples is None:
             samples = {
                 "index": np.zeros(0, np.int64),
