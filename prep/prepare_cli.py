@@ -272,6 +272,9 @@ def prepare_command(
     except BaseException:
         staged.abort()
         raise
+    for shard, count in staged.shard_counts.items():
+        if count == 0:
+            click.echo(f"Note: {shard} holds no samples; it is indexed with a count of 0.", err=True)
     total = sum(staged.shard_counts.values())
     elapsed = time.perf_counter() - started
     click.echo(f"Done: indexed {total} samples in {len(shards)} shards in {elapsed:.2f} s.")

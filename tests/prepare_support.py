@@ -20,18 +20,28 @@ ENERGON = shutil.which("energon", path=os.path.dirname(sys.executable)) or "ener
 
 
 def run_shardprep(
-    *args: str, input: str | None = None, user: int | None = None
+    *args: str, input: str | None = None, honour_permissions: bool = False
 ) -> subprocess.CompletedProcess:
-    """`python -m prep ARGS` in a child process, as a user would run it (stdin closed unless `input`)."""
+    """`python -m prep ARGS` in a child process, as a user would run it (stdin closed unless `input`).
+
+    `honour_permissions`: as root, drop the capabilities that let root read any file (setpriv), so file
+    modes apply as they do to an ordinary user.
+    """
+    command = [sys.executable, "-m", "prep", *args]
+    if honour_permissions and os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            import pytest
+
+            pytest.skip("running as root without setpriv: cannot make a file unreadable to root")
+        command = [setpriv, "--bounding-set=-dac_override,-dac_read_search", *command]
     return subprocess.run(
-        [sys.executable, "-m", "prep", *args],
+        command,
         input=input if input is not None else "",
         capture_output=True,
         text=True,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        user=user,
-        group=user,
         timeout=300,
     )
 
