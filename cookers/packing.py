@@ -260,11 +260,12 @@ def _plan_from_assignment(
 def _best_fit_decreasing(sizes: np.ndarray, capacity: int) -> np.ndarray:
     """Bin index of every item under best-fit decreasing (all sizes at most `capacity`)."""
     order = np.argsort(-sizes, kind="stable")
-    bin_of_sorted = [0] * len(order)
-    bins_by_room: list[list[int]] = [[] for _ in range(capacity + 1)]
+    bin_of_sorted: list[int] = []
+    place = bin_of_sorted.append
+    bins_by_room: dict[int, list[int]] = {}
     rooms = 0  # bit r is set while some open bin has exactly r tokens of room
     num_bins = 0
-    for i, size in enumerate(sizes[order].tolist()):
+    for size in sizes[order].tolist():
         fitting = rooms >> size
         if fitting:
             room = size + (fitting & -fitting).bit_length() - 1
@@ -276,12 +277,14 @@ def _best_fit_decreasing(sizes: np.ndarray, capacity: int) -> np.ndarray:
             b = num_bins
             num_bins += 1
             room = capacity
-        bin_of_sorted[i] = b
+        place(b)
         room -= size
-        stack = bins_by_room[room]
-        if not stack:
+        stack = bins_by_room.get(room)
+        if stack:
+            stack.append(b)
+        else:
+            bins_by_room[room] = [b]
             rooms |= 1 << room
-        stack.append(b)
     result = np.empty(len(order), dtype=np.int64)
     result[order] = bin_of_sorted
     return result
