@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,9 @@ class PreparedDataset:
         self.shard_counts = self._load_shard_counts()
         self.shards = list(self.shard_counts)
         self._shard_ids = {name: index for index, name in enumerate(self.shards)}
-        self._local = threading.local()
+        self._db: sqlite3.Connection | None = None
+        self._pool: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
 
@@ -179,80 +182,89 @@ class PreparedDataset:
     def sqlite_path(self) -> Path:
         return self.meta / INDEX_SQLITE
 
-    def db(self) -> sqlite3.Connection:
-        """This thread's read-only connection to `index.sqlite`."""
-        connection = getattr(self._local, "db", None)
-        if connection is None:
-            if not self.sqlite_path.exists():
-                raise PrepError(f"{self.root} has no {META_DIR}/{INDEX_SQLITE}. {RERUN_PREPARE}")
-            uri = self.sqlite_path.resolve().as_uri() + "?mode=ro"
-            try:
-                connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
-                connection.execute("SELECT 1 FROM samples LIMIT 1").fetchall()
-                connection.execute("SELECT 1 FROM sample_parts LIMIT 1").fetchall()
-            except sqlite3.DatabaseError as error:
-                raise PrepError(
-                    f"{self.sqlite_path} cannot be read as energon's index ({error}); it needs the tables"
-                    f" `samples` and `sample_parts`. {RERUN_PREPARE}"
-                ) from None
-            self._local.db = connection
+    def _connect(self) -> sqlite3.Connection:
+        if not self.sqlite_path.exists():
+            raise PrepError(f"{self.root} has no {META_DIR}/{INDEX_SQLITE}. {RERUN_PREPARE}")
+        # immutable: no locks or change checks per query (each costs syscalls); a mount serves a snapshot
+        uri = self.sqlite_path.resolve().as_uri() + "?mode=ro&immutable=1"
+        try:
+            connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            connection.execute("SELECT 1 FROM samples LIMIT 1").fetchall()
+            connection.execute("SELECT 1 FROM sample_parts LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as error:
+            raise PrepError(
+                f"{self.sqlite_path} cannot be read as energon's index ({error}); it needs the tables"
+                f" `samples` and `sample_parts`. {RERUN_PREPARE}"
+            ) from None
         return connection
 
+    def db(self) -> sqlite3.Connection:
+        """A read-only connection to `index.sqlite` for single-threaded use (info, verify)."""
+        if self._db is None:
+            self._db = self._connect()
+        return self._db
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """Borrow a pooled read-only connection; safe from any thread (FUSE worker threads come and go)."""
+        with self._pool_lock:
+            connection = self._pool.pop() if self._pool else None
+        if connection is None:
+            connection = self._connect()
+        try:
+            yield connection
+        finally:
+            with self._pool_lock:
+                self._pool.append(connection)
+
+    def _one(self, query: str, parameters: tuple) -> tuple | None:
+        with self.connection() as db:
+            return db.execute(query, parameters).fetchone()
+
     def sample_by_key(self, key: str) -> SampleRow | None:
-        row = (
-            self.db()
-            .execute(
-                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key = ?",
-                (key,),
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key = ?",
+            (key,),
         )
         return None if row is None else SampleRow(*row)
 
     def sample_by_index(self, tar_file_id: int, index: int) -> SampleRow | None:
-        row = (
-            self.db()
-            .execute(
-                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
-                " WHERE tar_file_id = ? AND sample_index = ?",
-                (tar_file_id, index),
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
+            " WHERE tar_file_id = ? AND sample_index = ?",
+            (tar_file_id, index),
         )
         return None if row is None else SampleRow(*row)
 
     def samples_of_shard(self, tar_file_id: int, after_index: int = -1) -> Iterator[SampleRow]:
         """The samples of one shard in order, starting after `after_index` (a lazily stepped cursor)."""
-        cursor = self.db().execute(
-            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
-            " WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
-            (tar_file_id, after_index),
-        )
-        for row in cursor:
-            yield SampleRow(*row)
+        with self.connection() as db:
+            cursor = db.execute(
+                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
+                " WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
+                (tar_file_id, after_index),
+            )
+            try:
+                for row in cursor:
+                    yield SampleRow(*row)
+            finally:
+                cursor.close()
 
     def parts_of_sample(self, tar_file_id: int, index: int) -> list[tuple[str, PartLocation]]:
         """(part name, location) of every part of one sample, in tar order."""
-        rows = (
-            self.db()
-            .execute(
+        with self.connection() as db:
+            rows = db.execute(
                 "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts"
                 " WHERE tar_file_id = ? AND sample_index = ? ORDER BY content_byte_offset",
                 (tar_file_id, index),
-            )
-            .fetchall()
-        )
+            ).fetchall()
         return [(name, PartLocation(tar_file_id, offset, size)) for name, offset, size in rows]
 
     def part(self, tar_file_id: int, index: int, part_name: str) -> PartLocation | None:
-        row = (
-            self.db()
-            .execute(
-                "SELECT content_byte_offset, content_byte_size FROM sample_parts"
-                " WHERE tar_file_id = ? AND sample_index = ? AND part_name = ?",
-                (tar_file_id, index, part_name),
-            )
-            .fetchone()
+        row = self._one(
+            "SELECT content_byte_offset, content_byte_size FROM sample_parts"
+            " WHERE tar_file_id = ? AND sample_index = ? AND part_name = ?",
+            (tar_file_id, index, part_name),
         )
         return None if row is None else PartLocation(tar_file_id, row[0], row[1])
 
@@ -287,10 +299,13 @@ class PreparedDataset:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
-        connection = getattr(self._local, "db", None)
-        if connection is not None:
+        with self._pool_lock:
+            connections, self._pool = self._pool, []
+        if self._db is not None:
+            connections.append(self._db)
+            self._db = None
+        for connection in connections:
             connection.close()
-            self._local.db = None
 
     def __enter__(self) -> PreparedDataset:
         return self

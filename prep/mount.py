@@ -169,6 +169,7 @@ def serve(
         "negative_timeout": CACHE_SECONDS,
         "kernel_cache": True,
         "max_threads": 16,
+        "max_idle_threads": 16,  # keep workers: a new thread costs a Python thread state per request
     }
     try:
         mfusepy.FUSE(operations, mountpoint, foreground=True, nothreads=False, debug=debug, **options)

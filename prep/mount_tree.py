@@ -48,6 +48,8 @@ def escape_name(name: str) -> str:
         return "%"
     if name in (".", ".."):
         return "%2E" * len(name)
+    if "%" not in name and "/" not in name and "\0" not in name:
+        return name
     return "".join(_ESCAPE.get(char, char) for char in name)
 
 
@@ -59,6 +61,8 @@ def unescape_name(name: str) -> str:
     """
     if name == "%":
         return ""
+    if "%" not in name:
+        return name
     return _UNESCAPE_RE.sub(lambda match: _UNESCAPE[match.group(1)], name)
 
 
@@ -210,25 +214,33 @@ class MountTree:
             yield Entry(escape_name(name), False, 0)
 
     def _list_all_samples(self, after: int) -> Iterator[Entry]:
-        cursor = self.dataset.db().execute(
-            "SELECT rowid, sample_key FROM samples WHERE rowid > ?"
-            + self._id_filter.format(column="tar_file_id")
-            + " ORDER BY rowid",
-            (max(after - FIRST_COOKIE, 0),),
-        )
-        for rowid, key in cursor:
-            yield Entry(escape_name(key), True, rowid + FIRST_COOKIE)
+        with self.dataset.connection() as db:
+            cursor = db.execute(
+                "SELECT rowid, sample_key FROM samples WHERE rowid > ?"
+                + self._id_filter.format(column="tar_file_id")
+                + " ORDER BY rowid",
+                (max(after - FIRST_COOKIE, 0),),
+            )
+            try:
+                for rowid, key in cursor:
+                    yield Entry(escape_name(key), True, rowid + FIRST_COOKIE)
+            finally:
+                cursor.close()
 
     def _list_all_parts(self, after: int) -> Iterator[Entry]:
-        cursor = self.dataset.db().execute(
-            "SELECT sp.rowid, s.sample_key, sp.part_name FROM sample_parts sp JOIN samples s"
-            " ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index WHERE sp.rowid > ?"
-            + self._id_filter.format(column="sp.tar_file_id")
-            + " ORDER BY sp.rowid",
-            (max(after - FIRST_COOKIE, 0),),
-        )
-        for rowid, key, part in cursor:
-            yield Entry(escape_name(f"{key}.{part}"), False, rowid + FIRST_COOKIE)
+        with self.dataset.connection() as db:
+            cursor = db.execute(
+                "SELECT sp.rowid, s.sample_key, sp.part_name FROM sample_parts sp JOIN samples s"
+                " ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index WHERE sp.rowid > ?"
+                + self._id_filter.format(column="sp.tar_file_id")
+                + " ORDER BY sp.rowid",
+                (max(after - FIRST_COOKIE, 0),),
+            )
+            try:
+                for rowid, key, part in cursor:
+                    yield Entry(escape_name(f"{key}.{part}"), False, rowid + FIRST_COOKIE)
+            finally:
+                cursor.close()
 
 
 def parse_view(value: str) -> View:

@@ -1,0 +1,308 @@
+"""Benchmark `shardprep mount` against `energon mount` on the same prepared data, in the same run.
+
+For each dataset (text: 200,000 JSON samples; image: 100,000 JPEG+txt+json samples, from
+tools.bench_datasets) the shards are hard-linked into a private folder and prepared once (energon's
+format; both mounts read the same index). Then, per tool:
+
+- time until mounted (launch to the mount point answering),
+- `ls -R` over the whole tree, flat view and per-sample view (energon's `-s`),
+- reading every file (or `--read-files N` of them, the same ones for every tool) with 1 and with 4
+  reader processes: files/s and MB/s,
+- peak resident memory (VmHWM) of the mount process,
+
+and, as the reference a user knows, the same files extracted into a normal folder. The page cache is
+warmed by reading the shards first, so every tool reads from memory.
+
+    python -m tools.bench_mount                                   # full size
+    python -m tools.bench_mount --text-samples 50000 --image-samples 20000 --read-files 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+from tools.bench_datasets import DEFAULT_ROOT, ensure_image_dataset, ensure_text_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+FULL_SIZE = {"text": 200_000, "image": 100_000}
+ENERGON = str(Path(sys.executable).with_name("energon"))
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def linked_copy(shards: list[Path], folder: Path) -> Path:
+    """A folder of hard links to the shards, so our .nv-meta never touches the shared cache."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard in shards:
+        link = folder / shard.name
+        if not link.exists():
+            os.link(shard, link)
+    return folder
+
+
+def prepare(folder: Path) -> None:
+    if (folder / ".nv-meta" / "index.sqlite").exists():
+        return
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prep",
+            "prepare",
+            str(folder),
+            "--non-interactive",
+            "--split-ratio",
+            "1,0,0",
+            "--crude",
+        ],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def warm(folder: Path) -> None:
+    for shard in sorted(folder.glob("*.tar")):
+        with open(shard, "rb") as file:
+            while file.read(1 << 24):
+                pass
+
+
+def wait_mounted(mountpoint: Path, process: subprocess.Popen | None, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.ismount(mountpoint):
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"mount process exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("mount did not appear")
+        time.sleep(0.01)
+    os.listdir(mountpoint)  # answering, not only registered
+
+
+def unmount(mountpoint: Path) -> None:
+    subprocess.run(["fusermount3", "-u", str(mountpoint)], check=False, stderr=subprocess.DEVNULL)
+    for _ in range(500):
+        if not os.path.ismount(mountpoint):
+            return
+        time.sleep(0.02)
+    subprocess.run(["fusermount3", "-uz", str(mountpoint)], check=False)
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Mount:
+    """One mount of one tool in one view; `pid` is the process serving it."""
+
+    def __init__(self, tool: str, dataset: Path, mountpoint: Path, view: str) -> None:
+        self.mountpoint = mountpoint
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        if tool == "shardprep":
+            result = subprocess.run(
+                [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--view", view],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            self.pid = int(result.stdout.split("(pid ")[1].split(")")[0])
+            self.process = None
+        else:
+            command = [ENERGON, "mount", str(dataset), str(mountpoint)] + (["-s"] if view == "sample" else [])
+            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.pid = self.process.pid
+        wait_mounted(mountpoint, self.process)
+        self.seconds_to_mount = time.perf_counter() - start
+
+    def close(self) -> None:
+        unmount(self.mountpoint)
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def time_ls(folder: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(["ls", "-R", str(folder)], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def _read_files(paths: list[str]) -> int:
+    total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as file:
+            while True:
+                chunk = file.read(1 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+    return total
+
+
+def time_reads(folder: Path, names: list[str], readers: int) -> tuple[float, float]:
+    """(files/s, MB/s) reading `names` under `folder` with `readers` processes."""
+    paths = [str(folder / name) for name in names]
+    chunks = [paths[i::readers] for i in range(readers)]
+    start = time.perf_counter()
+    if readers == 1:
+        total = _read_files(paths)
+    else:
+        with Pool(readers) as pool:
+            total = sum(pool.map(_read_files, chunks))
+    seconds = time.perf_counter() - start
+    return len(paths) / seconds, total / seconds / 1e6
+
+
+def flat_names(dataset: Path) -> list[str]:
+    names = []
+    for shard in sorted(dataset.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            names.extend(member.name for member in tar if member.isfile())
+    return names
+
+
+def extract(dataset: Path, folder: Path) -> None:
+    if folder.exists():
+        return
+    tmp = folder.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for shard in sorted(dataset.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            tar.extractall(tmp, filter="data")
+    tmp.rename(folder)
+
+
+def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, tools: list[str]) -> dict:
+    log(f"[{name}] preparing {dataset}")
+    prepare(dataset)
+    warm(dataset)
+    names = flat_names(dataset)
+    chosen = (
+        names
+        if read_files is None or read_files >= len(names)
+        else random.Random(0).sample(names, read_files)
+    )
+    results: dict[str, dict] = {"files_in_tree": len(names), "files_read": len(chosen)}
+    for tool in tools:
+        row: dict[str, float] = {}
+        for view in ("flat", "sample"):
+            mountpoint = work / f"mnt-{tool}-{view}"
+            log(f"[{name}] {tool} {view}: mounting")
+            mount = Mount(tool, dataset, mountpoint, view)
+            try:
+                row[f"mount_s_{view}"] = mount.seconds_to_mount
+                log(f"[{name}] {tool} {view}: mounted in {mount.seconds_to_mount:.2f} s; ls -R")
+                row[f"ls_R_s_{view}"] = time_ls(mountpoint)
+                log(f"[{name}] {tool} {view}: ls -R {row[f'ls_R_s_{view}']:.2f} s")
+                if view == "flat":
+                    for readers in (1, 4):
+                        files_s, mb_s = time_reads(mountpoint, chosen, readers)
+                        row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = files_s, mb_s
+                        log(f"[{name}] {tool} {readers} reader(s): {files_s:,.0f} files/s {mb_s:.1f} MB/s")
+                row[f"peak_rss_MB_{view}"] = peak_rss_mb(mount.pid)
+            finally:
+                mount.close()
+        results[tool] = row
+    folder = work / f"extracted-{name}"
+    log(f"[{name}] extracting to {folder}")
+    extract(dataset, folder)
+    row = {"ls_R_s_flat": time_ls(folder)}
+    for readers in (1, 4):
+        row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = time_reads(folder, chosen, readers)
+    results["extracted"] = row
+    return results
+
+
+def report(name: str, results: dict) -> str:
+    ours, theirs = results.get("shardprep", {}), results.get("energon", {})
+    lines = [
+        f"\n## {name}: {results['files_in_tree']:,} files in the tree, {results['files_read']:,} read per run"
+    ]
+    keys = [
+        ("mount_s_flat", "time until mounted, flat (s)", False),
+        ("ls_R_s_flat", "ls -R flat view (s)", False),
+        ("ls_R_s_sample", "ls -R per-sample view (s)", False),
+        ("files_s_1", "files/s, 1 reader", True),
+        ("files_s_4", "files/s, 4 readers", True),
+        ("MB_s_1", "MB/s, 1 reader", True),
+        ("MB_s_4", "MB/s, 4 readers", True),
+        ("peak_rss_MB_flat", "mount process peak RSS, flat (MB)", False),
+        ("peak_rss_MB_sample", "mount process peak RSS, per-sample (MB)", False),
+    ]
+    lines.append(f"{'':42} {'shardprep':>11} {'energon':>11} {'ratio':>8} {'extracted dir':>14}")
+    for key, label, higher_better in keys:
+        a, b = ours.get(key), theirs.get(key)
+        ratio = ""
+        if a and b:
+            ratio = f"{(a / b if higher_better else b / a):.1f}x"
+        extracted = results.get("extracted", {}).get(key)
+        fmt = lambda v: "" if v is None else f"{v:,.2f}"  # noqa: E731
+        lines.append(f"{label:42} {fmt(a):>11} {fmt(b):>11} {ratio:>8} {fmt(extracted):>14}")
+    lines.append("(ratio: how many times better shardprep is; >1 means shardprep wins)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("datasets", nargs="*", default=["text", "image"], choices=["text", "image"])
+    parser.add_argument("--text-samples", type=int, default=200_000)
+    parser.add_argument("--image-samples", type=int, default=100_000)
+    parser.add_argument(
+        "--read-files",
+        type=int,
+        default=None,
+        help="read this many files (same random set for every tool); default all",
+    )
+    parser.add_argument("--tools", default="shardprep,energon", help="comma-separated: shardprep,energon")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="dataset cache (default: tools.bench_datasets' shared cache at full size, a private one otherwise,"
+        " so a reduced run never replaces the shared full-size datasets)",
+    )
+    parser.add_argument(
+        "--work", type=Path, default=DEFAULT_ROOT.parent / "bench-mount", help="scratch folder"
+    )
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args(argv)
+    tools = args.tools.split(",")
+    everything = {}
+    for name in args.datasets:
+        samples = args.text_samples if name == "text" else args.image_samples
+        cache = args.cache or (DEFAULT_ROOT if samples == FULL_SIZE[name] else args.work / "datasets")
+        ensure = ensure_text_dataset if name == "text" else ensure_image_dataset
+        generated = ensure(cache, samples=samples)
+        work = args.work / f"{name}-{generated.samples}"
+        dataset = linked_copy(generated.shard_paths(), work / "dataset")
+        everything[name] = bench_dataset(name, dataset, work, args.read_files, tools)
+        print(report(f"{name} ({generated.samples:,} samples)", everything[name]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
