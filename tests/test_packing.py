@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cookers.packed_tokens import pack_token_arrays
 from cookers.packing import (
     ALGORITHMS,
     OverlongDocumentError,
@@ -161,3 +162,17 @@ def test_unknown_options_are_refused(bad):
     kwargs = {"seq_length": 8, **bad}
     with pytest.raises(ValueError):
         plan_packs([1, 2], **kwargs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 50), max_size=60), seq_length=st.integers(1, 40),
+       algorithm=st.sampled_from(ALGORITHMS), window=st.none() | st.integers(1, 20))
+def test_packed_token_rows_hold_exactly_the_planned_tokens(lengths, seq_length, algorithm, window):
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    tokens = np.arange(int(offsets[-1]), dtype=np.int32)  # token value = its position in the corpus
+    rows = pack_token_arrays(tokens, offsets, seq_length, algorithm, overlong="split", window=window)
+    assert sorted(rows.tokens.tolist()) == tokens.tolist()
+    assert (np.diff(rows.row_offsets) <= seq_length).all()
+    row_tokens = np.diff(rows.row_offsets)
+    per_row = np.add.reduceat(rows.seq_lengths, rows.seq_offsets[:-1]) if len(rows.seq_lengths) else []
+    assert list(per_row) == list(row_tokens) or rows.num_rows == 0
