@@ -21,32 +21,32 @@ def shard_sort_key(name: str) -> tuple[str, ...]:
 def find_shards(root: Path) -> list[str]:
     """Every `*.tar` / `*.tgz` file below `root`, relative and sorted in energon's order.
 
-    Like energon's glob, hidden files and folders are left out and symbolic links are followed
-    (each real folder is visited once, so a link cycle cannot loop).
+    Like energon's glob, hidden files and folders are left out and symbolic links are followed, so a
+    folder reachable by two paths is listed under both; a link back to an enclosing folder is not
+    followed, so a cycle cannot loop.
     """
     found: list[str] = []
-    visited: set[tuple[int, int]] = set()
 
-    def walk(folder: Path, relative: str) -> None:
+    def walk(folder: Path, relative: str, ancestors: frozenset[tuple[int, int]]) -> None:
         try:
             info = folder.stat()
         except OSError:
             return
-        if (info.st_dev, info.st_ino) in visited:
+        identity = (info.st_dev, info.st_ino)
+        if identity in ancestors:
             return
-        visited.add((info.st_dev, info.st_ino))
         with os.scandir(folder) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
                 name = f"{relative}{entry.name}"
                 if entry.is_dir(follow_symlinks=True):
-                    walk(Path(entry.path), name + "/")
+                    walk(Path(entry.path), name + "/", ancestors | {identity})
                 elif entry.name.endswith(SHARD_SUFFIXES):
                     # A dangling link or an unreadable entry is still listed: indexing names the problem.
                     found.append(name)
 
-    walk(root, "")
+    walk(root, "", frozenset())
     return sorted(found, key=shard_sort_key)
 
 
