@@ -224,7 +224,9 @@ def stage_index(
 
     With `split=None` (energon's --tar-index-only) `.info.json` and `split.yaml` are not rewritten.
     """
-    workers = max(1, min(num_workers or os.cpu_count() or 1, len(shards)))
+    if not shards:
+        raise PrepError(f"No shards to index under {root}.")
+    workers = max(1, min(num_workers or len(os.sched_getaffinity(0)), len(shards)))
     meta_mode, file_mode = _permissions(root, root / shards[0])
     staging = Staging(root, meta_mode)
     try:

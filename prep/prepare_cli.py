@@ -8,9 +8,10 @@ loader? one question per field. Answers may come from flags instead; --non-inter
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -45,7 +46,8 @@ MAX_FIELD_MAP_PARTS = 10
 HIDDEN_FIELDS_NOTE = "Leave empty for skipping optional field"
 
 
-def _progress_bar(enabled: bool):  # noqa: ANN202 - returns a progress function or None
+def _progress_bar(enabled: bool) -> Callable[[Iterator, int], Iterator] | None:
+    """A per-shard progress bar on a terminal; None when disabled or when stdout is not a terminal."""
     if not enabled or not sys.stdout.isatty():
         return None
 
@@ -185,6 +187,10 @@ def _dataset_definition(
     return sample_loader_definition(sample_type, SAMPLE_LOADER_PY)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @click.command(name="prepare")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
@@ -229,6 +235,8 @@ def prepare_command(
     as it was, and shards are never modified.
     """
     started = time.perf_counter()
+    # `kill` (SIGTERM) unwinds like Ctrl-C, so the staged files are removed and the old index stays.
+    signal.signal(signal.SIGTERM, _interrupt)
     if crude:
         if sample_type not in (None, "CrudeWebdataset"):
             raise PrepError("--crude and --sample-type name different sample types; give one of them.")

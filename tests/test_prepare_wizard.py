@@ -97,3 +97,16 @@ def test_unknown_sample_type_lists_the_known_ones(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "badtype")
     result = run_shardprep("prepare", str(root), "--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "Nope")
     assert result.returncode != 0 and "CaptioningSample" in result.stderr and "CrudeWebdataset" in result.stderr
+
+
+def test_run_abandoned_at_a_question_after_indexing_leaves_the_old_index(tmp_path: Path) -> None:
+    """The new index is staged when the dataset.yaml questions come; walking away there discards it."""
+    root = make_dataset(tmp_path / "abandon")
+    first = run_shardprep("prepare", str(root), "--no-progress", input=f"8,1,1\ny\n{choice('CrudeWebdataset')}\n")
+    assert first.returncode == 0, first.stderr
+    write_tarfile(root / "part-9.tar", sample_members("p9-", 3))  # would change the index
+    before = snapshot(root)
+    abandoned = run_shardprep("prepare", str(root), "--no-progress", input="y\n8,1,1\n")  # stdin ends here
+    assert abandoned.returncode != 0
+    assert "Do you want to create a dataset.yaml interactively?" in abandoned.stdout
+    assert snapshot(root) == before
