@@ -22,6 +22,7 @@ a half-made or differently sized one is removed and made again. Prepare runs lea
 from __future__ import annotations
 
 import argparse
+import fcntl
 import io
 import json
 import os
@@ -63,8 +64,20 @@ class Dataset:
 def _cached(name: str, root: Path, params: dict, build: Callable[[Path], int], parts_per_sample: int) -> Dataset:
     """Return the dataset at ``root/name`` if its marker matches ``params``; otherwise build it afresh.
 
+    Names carry the sizes, so datasets of different sizes live side by side in one cache folder.
+
     ``build(folder)`` writes the shards into an empty folder and returns the number of samples written.
     """
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        # Benchmarks may run side by side; one makes a dataset while the others wait for it.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _cached_locked(name, root, params, build, parts_per_sample)
+
+
+def _cached_locked(
+    name: str, root: Path, params: dict, build: Callable[[Path], int], parts_per_sample: int
+) -> Dataset:
     path = root / name
     marker = path / MARKER
     if marker.exists():
@@ -122,7 +135,7 @@ def ensure_text_dataset(root: Path = DEFAULT_ROOT, samples: int = 200_000, shard
         return samples
 
     params = {"kind": "text", "samples": samples, "shards": shards, "seed": seed}
-    return _cached("text", root, params, build, parts_per_sample=1)
+    return _cached(f"text-{samples}x{shards}-seed{seed}", root, params, build, parts_per_sample=1)
 
 
 def noise_jpegs(target_bytes: int, count: int, seed: int) -> list[bytes]:
@@ -173,7 +186,8 @@ def ensure_image_dataset(
         return samples
 
     params = {"kind": "image", "samples": samples, "shards": shards, "jpeg_bytes": jpeg_bytes, "seed": seed}
-    return _cached("image", root, params, build, parts_per_sample=3)
+    name = f"image-{samples}x{shards}-{jpeg_bytes}b-seed{seed}"
+    return _cached(name, root, params, build, parts_per_sample=3)
 
 
 # ustar header: the format as data. Fields in order, with the checksum computed over the whole block.
@@ -250,7 +264,7 @@ def ensure_scale_dataset(
         return samples
 
     params = {"kind": "scale", "samples": samples, "shards": shards}
-    return _cached(f"scale-{samples}", root, params, build, parts_per_sample=1)
+    return _cached(f"scale-{samples}x{shards}", root, params, build, parts_per_sample=1)
 
 
 def ensure_scale_subset(big: Dataset, shards: int, root: Path = DEFAULT_ROOT) -> Dataset:
@@ -301,13 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         "--scale-small-shards", type=int, default=None,
         help="shards of the big scale dataset linked into the small one (default: a tenth)",
     )
-    parser.add_argument("--force", action="store_true", help="remove the chosen datasets and make them again")
     args = parser.parse_args(argv)
     made = []
     for name in dict.fromkeys(args.datasets):
-        if args.force:
-            for stale in args.out.glob(f"{name}*"):
-                shutil.rmtree(stale)
         if name == "text":
             made.append(ensure_text_dataset(args.out, args.text_samples, args.text_shards, args.seed))
         elif name == "image":

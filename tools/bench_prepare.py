@@ -35,6 +35,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +43,7 @@ import yaml
 
 from tools import bench_datasets
 from tools.bench_datasets import Dataset
-from tools.measure import Measurement, gnu_time, measure
+from tools.measure import Measurement, gnu_time, machine_busy_seconds, measure
 
 REPO = Path(__file__).resolve().parents[1]
 PREPARE_FLAGS = [
@@ -62,6 +63,27 @@ TARGET_TAR_RATIO = 2.5  # shardprep wall / tar -tf wall, at most
 TARGET_PEAK_RSS_MB = 200.0  # shardprep peak tree RSS, below
 TARGET_SCALE_SECONDS = 180.0  # scale run wall, below
 TARGET_FLAT_RATIO = 1.25  # peak RSS at the big scale size / at the small one, at most
+CONTENTION_CORES = 0.25  # other load above this many cores makes a run not a quiet-machine figure
+
+
+def other_load(seconds: float = 1.0) -> float:
+    """Cores the machine keeps busy right now (over ``seconds``), this process being idle meanwhile."""
+    before = machine_busy_seconds()
+    time.sleep(seconds)
+    return (machine_busy_seconds() - before) / seconds
+
+
+def wait_until_quiet(limit: float) -> None:
+    """Wait up to ``limit`` seconds for other programs to leave the CPUs alone; say how it went."""
+    if limit <= 0:
+        return
+    deadline = time.monotonic() + limit
+    load = other_load()
+    while load > CONTENTION_CORES and time.monotonic() < deadline:
+        time.sleep(4)
+        load = other_load()
+    state = "quiet" if load <= CONTENTION_CORES else "still busy, going ahead"
+    print(f"(machine load before runs: {load:.2f} cores busy, {state})")
 
 
 def energon_executable() -> str:
@@ -207,6 +229,10 @@ class ToolRuns:
         return max(run.max_process_rss_mb for run in self.runs)
 
     @property
+    def other_cores(self) -> float:
+        return statistics.median(run.other_cores for run in self.runs)
+
+    @property
     def processes(self) -> int:
         return max(run.peak_process_count for run in self.runs)
 
@@ -229,7 +255,7 @@ def verdict(ok: bool) -> str:
 def print_table(dataset: Dataset, tools: list[ToolRuns]) -> None:
     header = (
         f"{'tool':<10} {'wall s':>8} {'cpu s':>7} {'samples/s':>11} {'peak RSS MB':>12} {'PSS MB':>8} "
-        f"{'1 proc MB':>10} {'procs':>6} {'runs':>5}"
+        f"{'1 proc MB':>10} {'procs':>6} {'runs':>5} {'other load':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -240,17 +266,26 @@ def print_table(dataset: Dataset, tools: list[ToolRuns]) -> None:
         print(
             f"{tool.name:<10} {tool.wall:8.3f} {tool.cpu:7.2f} {dataset.samples / tool.wall:11,.0f} "
             f"{tool.peak_rss_mb:12.1f} {tool.peak_pss_mb:8.1f} {tool.max_process_mb:10.1f} {tool.processes:6d} "
-            f"{len(tool.runs):5d}"
+            f"{len(tool.runs):5d} {tool.other_cores:10.2f}"
         )
         for failure in tool.failures:
             print(f"{'':<10} a run failed: {failure}")
+    busiest = max((tool.other_cores for tool in tools if tool.runs), default=0.0)
+    if busiest > CONTENTION_CORES:
+        print(
+            f"WARNING: other programs kept {busiest:.2f} cores busy during some of these runs (median per tool); "
+            "these are not quiet-machine figures."
+        )
 
 
-def bench_dataset(dataset: Dataset, tool_names: list[str], repeat: int, interval: float) -> dict:
+def bench_dataset(
+    dataset: Dataset, tool_names: list[str], repeat: int, interval: float, quiet_wait: float = 0.0
+) -> dict:
     """Run the chosen tools ``repeat`` times on a warm dataset; print the table, ratios, targets and checks."""
     print()
     print(f"== {bench_datasets.describe(dataset)}")
     warm_cache(dataset)
+    wait_until_quiet(quiet_wait)
     tools = {name: ToolRuns(name) for name in tool_names}
     commands = {
         "energon": energon_command(dataset.path),
@@ -305,13 +340,14 @@ def bench_dataset(dataset: Dataset, tool_names: list[str], repeat: int, interval
 
 
 def bench_scale(
-    big: Dataset, small: Dataset, with_energon: bool, repeat: int, interval: float
+    big: Dataset, small: Dataset, with_energon: bool, repeat: int, interval: float, quiet_wait: float = 0.0
 ) -> dict:
     """shardprep on a small and a big scale dataset: wall time, and peak memory at both sizes."""
     print()
     print(f"== scale: {bench_datasets.describe(small)}")
     print(f"          {bench_datasets.describe(big)}")
     warm_cache(big)  # the small dataset's shards are hard links to the big one's first shards
+    wait_until_quiet(quiet_wait)
     rows = []
     result: dict = {}
     for dataset in (small, big):
@@ -395,7 +431,8 @@ def print_environment(tool_names: list[str], interval: float) -> None:
     print(
         f"memory: /proc sampled every {interval * 1000:g} ms over the whole process tree (RSS sum and PSS sum); "
         f"'1 proc' = largest single process ru_maxrss{' via GNU time' if launcher else ' (includes fork from this process)'}; "
-        "wall and cpu = median of runs, memory = largest of runs"
+        "wall and cpu = median of runs, memory = largest of runs; "
+        "'other load' = cores busy outside the measured tree during a run (contention)"
     )
 
 
@@ -421,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-energon", action="store_true", help="run energon on the scale datasets too (slow)")
     parser.add_argument("--profile", action="store_true", help="profile shardprep (1 worker) on the text dataset")
     parser.add_argument("--profile-top", type=int, default=30)
+    parser.add_argument(
+        "--quiet-wait", type=float, default=0.0,
+        help="before each dataset, wait up to this many seconds for other programs to leave the CPUs idle",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
 
@@ -440,11 +481,11 @@ def main(argv: list[str] | None = None) -> int:
             dataset = bench_datasets.ensure_image_dataset(args.out, args.image_samples, args.image_shards)
         else:
             parser.error(f"unknown dataset {name!r}")
-        results.append(bench_dataset(dataset, tool_names, args.repeat, interval))
+        results.append(bench_dataset(dataset, tool_names, args.repeat, interval, args.quiet_wait))
     if args.scale:
         big = bench_datasets.ensure_scale_dataset(args.out, args.scale_samples, args.scale_shards)
         small = bench_datasets.ensure_scale_subset(big, args.scale_small_shards or max(1, big.shards // 10), args.out)
-        results.append(bench_scale(big, small, args.scale_energon, args.scale_repeat, interval))
+        results.append(bench_scale(big, small, args.scale_energon, args.scale_repeat, interval, args.quiet_wait))
     if args.profile:
         profile(bench_datasets.ensure_text_dataset(args.out, args.text_samples, args.text_shards), args.profile_top)
     if args.json is not None:

@@ -39,6 +39,7 @@ from pathlib import Path
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 PR_SET_CHILD_SUBREAPER = 36
 MB = 1024 * 1024
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class Measurement:
     user_seconds: float
     system_seconds: float
     max_process_rss_clean: bool
+    other_cpu_seconds: float  # CPU the rest of the machine used meanwhile (other programs, the sampler)
+
+    @property
+    def other_cores(self) -> float:
+        """Average number of cores busy with something else during the run: contention, if well above 0."""
+        return self.other_cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     @property
     def peak_tree_rss_mb(self) -> float:
@@ -67,6 +74,17 @@ class Measurement:
     @property
     def max_process_rss_mb(self) -> float:
         return self.max_process_rss / MB
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores of the machine have spent busy since boot (from /proc/stat), 0 if unknown."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
 
 
 def _become_subreaper() -> None:
@@ -194,6 +212,7 @@ def measure(
         if launcher is not None:
             command = [launcher, "-q", "-f", "%M", "-o", maxrss_file.name, *command]
         sampler = TreeSampler(interval, with_pss)
+        busy_before = machine_busy_seconds()
         start = time.perf_counter()
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
         if launcher is not None:
@@ -206,6 +225,7 @@ def measure(
             process.stderr.close()
         _, status, usage = os.wait4(process.pid, 0)
         wall = time.perf_counter() - start
+        busy = machine_busy_seconds() - busy_before
         process.returncode = os.waitstatus_to_exitcode(status)
         sampler.stop()
         _reap_orphans()
@@ -227,6 +247,7 @@ def measure(
         user_seconds=usage.ru_utime,
         system_seconds=usage.ru_stime,
         max_process_rss_clean=clean,
+        other_cpu_seconds=max(0.0, busy - usage.ru_utime - usage.ru_stime),
     )
     return measurement, error_output
 
@@ -250,7 +271,8 @@ def describe(measurement: Measurement) -> str:
         f"peak tree RSS {measurement.peak_tree_rss_mb:.1f} MB  PSS {measurement.peak_tree_pss_mb:.1f} MB  "
         f"max process RSS {measurement.max_process_rss_mb:.1f} MB"
         f"{'' if measurement.max_process_rss_clean else ' (includes the launcher at fork)'}  "
-        f"processes {measurement.peak_process_count}"
+        f"processes {measurement.peak_process_count}  "
+        f"other load {measurement.other_cores:.2f} cores"
     )
 
 
