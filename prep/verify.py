@@ -80,16 +80,22 @@ def _octal_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, ok
 
 
+def _blocks(buffer: np.ndarray) -> np.ndarray:
+    """The shard as rows of 512-byte blocks (a view, no copy)."""
+    return buffer[: len(buffer) // BLOCK * BLOCK].reshape(-1, BLOCK)
+
+
 def _headers_ok(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """For each header offset, whether its stored checksum matches the header's bytes."""
     ok = np.empty(len(offsets), dtype=bool)
     for start in range(0, len(offsets), 8192):
         chunk = offsets[start : start + 8192]
-        headers = buffer[chunk[:, None] + np.arange(BLOCK)]
+        headers = _blocks(buffer)[chunk // BLOCK]  # tar headers sit on 512-byte boundaries: gather rows
         unsigned = headers[:, CHECKSUM_COLUMNS].sum(axis=1, dtype=np.int64) + 8 * 0x20
         stored, parsed = _octal_fields(headers[:, 148:156])
         signed = unsigned - 256 * (headers[:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
-        ok[start : start + 8192] = parsed & ((stored == unsigned) | (stored == signed))
+        aligned = chunk % BLOCK == 0  # every tar header starts on a block boundary
+        ok[start : start + 8192] = aligned & parsed & ((stored == unsigned) | (stored == signed))
     return ok
 
 
@@ -212,7 +218,7 @@ def _check_parts(checker: _ShardChecker, buffer: np.ndarray, samples: dict, part
     mismatched_samples: set[int] = set()
     for chunk_start in range(0, len(check), 8192):
         rows = check[chunk_start : chunk_start + 8192]
-        headers = buffer[offsets[chunk_start : chunk_start + 8192, None] + np.arange(BLOCK)]
+        headers = _blocks(buffer)[offsets[chunk_start : chunk_start + 8192] // BLOCK]
         sizes, sizes_ok = _octal_fields(headers[:, 124:136])
         typeflag_ok = np.isin(headers[:, 156], REGULAR_TYPEFLAGS)
         expected = b"".join(
