@@ -42,7 +42,9 @@ def build(folder: Path) -> None:
             for index in range(50):
                 side = int(rng.integers(16, 96))
                 image = io.BytesIO()
-                Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)).save(image, format="PNG")
+                Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)).save(
+                    image, format="PNG"
+                )
                 words = " ".join(["word"] * int(rng.integers(3, 40)))
                 writer.write(
                     {
