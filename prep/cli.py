@@ -47,7 +47,7 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `shardprep` console script: PrepErrors become one paragraph and exit code 1."""
     try:
-        cli.main(args=argv, prog_name="shardprep", standalone_mode=False)
+        result = cli.main(args=argv, prog_name="shardprep", standalone_mode=False)
     except PrepError as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(error.exit_code)
@@ -59,3 +59,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(error.exit_code)
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
+    # Without standalone mode click returns `ctx.exit(n)`'s code instead of exiting with it.
+    sys.exit(result if isinstance(result, int) else 0)
