@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "info": "prep.info_cli:info_command",
     "verify": "prep.verify_cli:verify_command",
     "preview": "prep.preview_cli:preview_command",
+    "write": "prep.write_cli:write_command",
 }
 
 

@@ -69,20 +69,27 @@ class SqliteIndexWriter:
         self.db.execute(SAMPLES_TABLE)
         self.db.execute(SAMPLE_PARTS_TABLE)
 
-    def add_shard(self, shard_name: str, rows_database: bytes) -> None:
+    def add_shard(self, shard_name: str, rows_database: bytes, tar_file_id: int | None = None) -> None:
         """Insert one shard's rows (from `shard_rows_database`); a key already in the index raises
-        DuplicateKeyError naming both places."""
+        DuplicateKeyError naming both places.
+
+        `tar_file_id`, when given, replaces the id stored in the rows (a writer that learns a shard's
+        place in the sorted shard list only after writing it stores a placeholder)."""
+        samples, parts = "*", "*"
+        if tar_file_id is not None:
+            samples = f"{int(tar_file_id)}, sample_key, sample_index, byte_offset, byte_size"
+            parts = f"{int(tar_file_id)}, sample_index, part_name, content_byte_offset, content_byte_size"
         self.db.execute(f"ATTACH DATABASE ':memory:' AS {_SHARD_SCHEMA}")
         try:
             self.db.deserialize(rows_database, name=_SHARD_SCHEMA)
             self.db.execute("BEGIN")
             try:
-                self.db.execute(f"INSERT INTO main.samples SELECT * FROM {_SHARD_SCHEMA}.samples")
+                self.db.execute(f"INSERT INTO main.samples SELECT {samples} FROM {_SHARD_SCHEMA}.samples")
             except sqlite3.IntegrityError:
                 duplicate = self._duplicate(shard_name)
                 self.db.execute("ROLLBACK")
                 raise duplicate from None
-            self.db.execute(f"INSERT INTO main.sample_parts SELECT * FROM {_SHARD_SCHEMA}.sample_parts")
+            self.db.execute(f"INSERT INTO main.sample_parts SELECT {parts} FROM {_SHARD_SCHEMA}.sample_parts")
             self.db.execute("COMMIT")
         finally:
             self.db.execute(f"DETACH DATABASE {_SHARD_SCHEMA}")
