@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from prep.dataset_reader import PartLocation, PreparedDataset, SampleRow
 from prep.errors import PrepError
@@ -32,7 +32,7 @@ _UNESCAPE_RE = re.compile(r"%(25|2F|00|2E)")
 _UNESCAPE = {"25": "%", "2F": "/", "00": "\0", "2E": "."}
 
 
-class View(str, Enum):
+class View(StrEnum):
     FLAT = "flat"
     SAMPLE = "sample"
     SHARD = "shard"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import stat
 import sys
 from collections import deque
@@ -167,6 +168,12 @@ def _index_task(root: str, shard: str, tar_file_id: int, staged_tar_index: str) 
         return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
 
 
+def _worker_signals() -> None:
+    """Workers leave Ctrl-C and SIGTERM to the main process, which stops them and cleans up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[IndexedShard | ShardError]:
     """Results in shard order, with at most a few shards in flight so memory stays flat."""
     if workers <= 1 or len(tasks) <= 1:
@@ -175,7 +182,7 @@ def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[IndexedShar
         return
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     window = 2 * workers
-    with context.Pool(workers) as pool:
+    with context.Pool(workers, initializer=_worker_signals) as pool:
         pending: deque = deque()
         upcoming = iter(tasks)
         for task in upcoming:

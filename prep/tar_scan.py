@@ -30,6 +30,12 @@ GNU_LONGNAME, GNU_LONGLINK, GNU_SPARSE = ord("L"), ord("K"), ord("S")
 PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED = ord("x"), ord("g"), ord("X")
 EXTENSION_TYPES = frozenset((GNU_LONGNAME, GNU_LONGLINK, PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED))
 AREGTYPE = 0
+#: Shards whose first members average at most this many bytes take the vectorised scan.
+SMALL_MEMBER_STRIDE = 16 * 1024
+_REGULAR_CODES = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
+_NO_DATA_TYPES = np.array(sorted(KNOWN_NON_REGULAR), dtype=np.uint8)
+_FAST_TYPES = np.array(sorted(REGULAR_TYPES | KNOWN_NON_REGULAR | {PAX_EXTENDED}), dtype=np.uint8)
+_PAX_KEYWORDS_THAT_MATTER = (b" path=", b" size=", b" GNU.sparse", b" hdrcharset=")
 #: PAX records that change what is indexed (the rest, e.g. webdataset's float mtime, are skipped unparsed).
 _PAX_MATTERS = re.compile(rb"\d+ (?:path|size|GNU\.sparse[^=]*|hdrcharset)=")
 
@@ -163,11 +169,111 @@ class HeaderWalker:
             yield Member(name, start, offset_data, size)
 
     def scan(self) -> tuple[list[str], array, array, array]:
-        """Walk every header once: (names, member starts, data offsets, sizes) of the regular members.
+        """(names, member starts, data offsets, sizes) of the regular members, and `end`.
 
-        The loop is the hot path of `prepare`: it slices only the header fields it needs and decides the
-        common case (a plain or PAX-mtime-only header) with a few byte comparisons.
+        Shards of many small members (text, JSON) take the vectorised path; others, and anything unusual,
+        the header-by-header walk.
         """
+        if self.size >= BLOCK and self._mostly_small_members():
+            fast = self._scan_vectorised()
+            if fast is not None:
+                return fast
+            self.header_offsets = array("q")
+        return self._walk()
+
+    def _mostly_small_members(self, probe: int = 16) -> bool:
+        """Whether the first members are small enough that reading every block beats seeking past data."""
+        buf, pos = self.buf, 0
+        for _ in range(probe):
+            if pos + BLOCK > self.size or buf[pos : pos + BLOCK] == ZERO_BLOCK:
+                return True
+            try:
+                member_size = _number(buf[pos + 124 : pos + 136])
+            except ValueError:
+                return False
+            pos += BLOCK + (member_size + BLOCK - 1) // BLOCK * BLOCK
+        return pos <= probe * SMALL_MEMBER_STRIDE
+
+    def _scan_vectorised(self) -> tuple[list[str], array, array, array] | None:
+        """The whole header chain found with numpy, or None where the shard needs the careful walk.
+
+        Every block whose magic says "ustar" is a candidate header; the candidates must chain exactly
+        (each header's size leads to the next candidate, the last to a zero block), and only plain
+        members, folders, links and PAX headers that change nothing indexed may appear.
+        """
+        whole = self.size // BLOCK
+        blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole * BLOCK).reshape(whole, BLOCK)
+        magic = blocks[:, 257:262]
+        candidates = np.flatnonzero(
+            (magic[:, 0] == 0x75) & (magic[:, 1] == 0x73) & (magic[:, 2] == 0x74) & (magic[:, 3] == 0x61)
+            & (magic[:, 4] == 0x72)
+        )
+        if len(candidates) == 0 or candidates[0] != 0:
+            return None
+        headers = blocks[candidates]
+        if (headers[:, 124] & 0x80).any():  # base-256 sizes: leave to the walk
+            return None
+        sizes = _octal_fields(headers[:, 124:136])
+        types = headers[:, 156]
+        if not np.isin(types, _FAST_TYPES).all():
+            return None
+        has_data = ~np.isin(types, _NO_DATA_TYPES)
+        following = candidates + 1 + np.where(has_data, (sizes + BLOCK - 1) // BLOCK, 0)
+        if (following[:-1] != candidates[1:]).any():
+            return None
+        end_block = int(following[-1])
+        if end_block >= whole or blocks[end_block].any():
+            return None
+        extended = types == PAX_EXTENDED
+        if extended[-1] or (extended[:-1] & extended[1:]).any():
+            return None
+        pax_rows = np.flatnonzero(extended)
+        if len(pax_rows):
+            if (sizes[pax_rows] > BLOCK).any():
+                return None
+            # All PAX records at once: substring searches over their blocks find any that changes a name or size.
+            records = blocks[candidates[pax_rows] + 1].tobytes()
+            if any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER):
+                return None
+        regular = np.isin(types, _REGULAR_CODES)
+        member_rows = np.flatnonzero(regular)
+        starts = candidates[member_rows].copy()
+        after_pax = member_rows[member_rows > 0]
+        chained = extended[after_pax - 1]
+        starts[member_rows > 0] = np.where(chained, candidates[after_pax - 1], starts[member_rows > 0])
+        names = self._names(headers[member_rows])
+        if names is None:
+            return None
+        keep = [i for i, name in enumerate(names) if not (types[member_rows[i]] == AREGTYPE and name.endswith("/"))]
+        if len(keep) != len(names):
+            names = [names[i] for i in keep]
+            member_rows, starts = member_rows[keep], starts[keep]
+        self.header_offsets = array("q", (candidates * BLOCK).tolist())
+        self.end = end_block * BLOCK
+        return (
+            names,
+            array("q", (starts * BLOCK).tolist()),
+            array("q", ((candidates[member_rows] + 1) * BLOCK).tolist()),
+            array("q", sizes[member_rows].tolist()),
+        )
+
+    def _names(self, headers: np.ndarray) -> list[str] | None:
+        """Member names from the name (and ustar prefix) fields; None if one is not clean UTF-8."""
+        raw = np.ascontiguousarray(headers[:, :100]).view("S100").ravel().tolist()
+        prefixed = np.flatnonzero(headers[:, 345])
+        try:
+            names = [name.decode("utf-8") for name in raw]
+            for row in prefixed:
+                prefix = bytes(headers[row, 345:500]).split(b"\0", 1)[0]
+                names[row] = prefix.decode("utf-8") + "/" + names[row]
+        except UnicodeDecodeError:
+            return None
+        if any("\0" in name for name in names):
+            return None
+        return names
+
+    def _walk(self) -> tuple[list[str], array, array, array]:
+        """Walk every header once, slicing only the fields it needs and jumping over member data."""
         buf, size = self.buf, self.size
         header_offsets = self.header_offsets
         names: list[str] = []
