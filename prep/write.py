@@ -275,9 +275,18 @@ class _Run:
 
 
 def _encode(part: str, value: object, record: Record, allow_pickle: bool) -> bytes:
-    if isinstance(value, str) and record.base is not None and extension(part) in MEDIA_EXTENSIONS:
-        value = record.base / value  # a media part given as a path reads the file, relative to the source
+    if isinstance(value, str) and extension(part) in MEDIA_EXTENSIONS:
+        return _read_media(value, record)  # a media part given as a path reads the file
     return encoder_for(part, allow_pickle)(value)
+
+
+def _read_media(value: str, record: Record) -> bytes:
+    """The bytes of a media file named in a record, relative to the source's folder."""
+    path = Path(value) if record.base is None else record.base / value
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise EncodeError(f"missing media file {value!r} ({error.strerror or error})") from None
 
 
 def _record_parts(source: Source, record: Record, fields: dict, o: dict) -> list[tuple[str, bytes]]:
@@ -324,11 +333,7 @@ def _media_parts(
             else:
                 raise EncodeError(f"cannot tell the file type of media field {column!r}; give --media-column {column}=EXT")
         if isinstance(value, str):
-            path = Path(value) if record.base is None else record.base / value
-            try:
-                data = path.read_bytes()
-            except OSError as error:
-                raise EncodeError(f"missing media file {value!r} ({error.strerror or error})") from None
+            data = _read_media(value, record)
         elif isinstance(value, bytes | bytearray | memoryview):
             data = bytes(value)
         else:
