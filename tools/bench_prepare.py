@@ -1,7 +1,7 @@
 """Benchmark `shardprep prepare` against `energon prepare` and GNU `tar -tf`, side by side, on the same shards.
 
-For each dataset (see tools.bench_datasets) the shards are read once into the page cache, then every tool
-runs ``--repeat`` times, round-robin, each as a child of this process (measured by tools.measure):
+For each dataset (see tools.bench_datasets) every tool runs ``--repeat`` times, round-robin, each run as a
+child of this process (measured by tools.measure) right after the shards were read into the page cache:
 
 - ``energon prepare DIR --non-interactive --split-ratio 8,1,1 --force-overwrite --no-progress
   --sample-type CrudeWebdataset`` with energon's default ``--num-workers``;
@@ -12,7 +12,8 @@ Printed per tool: the median wall time, samples/s at that median, the largest pe
 (tree RSS sum, tree PSS sum, largest single process), and the ratios with the targets beside them, marked
 PASS or MISS from the measured numbers. After every shardprep run its index is compared with the one energon
 wrote just before (sqlite row counts and row contents, .tar.idx bytes, .info.json, split.yaml): a fast wrong
-answer is worthless.
+answer is worthless. The machine may be shared: each run also records how many cores other programs kept
+busy meanwhile ('other load'), a warning marks contended figures, and ``--quiet-wait`` waits for calm.
 
 ``--scale`` prepares the 10-million-sample dataset and a tenth of it with shardprep (energon only with
 ``--scale-energon``), to show the time and that memory stays flat as the dataset grows.
@@ -73,17 +74,16 @@ def other_load(seconds: float = 1.0) -> float:
     return (machine_busy_seconds() - before) / seconds
 
 
-def wait_until_quiet(limit: float) -> None:
-    """Wait up to ``limit`` seconds for other programs to leave the CPUs alone; say how it went."""
+def wait_until_quiet(limit: float) -> float:
+    """Wait up to ``limit`` seconds for other programs to leave the CPUs alone; return the last load seen."""
     if limit <= 0:
-        return
+        return 0.0
     deadline = time.monotonic() + limit
-    load = other_load()
+    load = other_load(0.5)
     while load > CONTENTION_CORES and time.monotonic() < deadline:
-        time.sleep(4)
-        load = other_load()
-    state = "quiet" if load <= CONTENTION_CORES else "still busy, going ahead"
-    print(f"(machine load before runs: {load:.2f} cores busy, {state})")
+        time.sleep(2)
+        load = other_load(0.5)
+    return load
 
 
 def energon_executable() -> str:
@@ -237,8 +237,10 @@ class ToolRuns:
         return max(run.peak_process_count for run in self.runs)
 
 
-def run_tool(runs: ToolRuns, argv: list[str], interval: float) -> bool:
-    """Measure one run and record it; a failing run is recorded with the tail of its stderr."""
+def run_tool(runs: ToolRuns, argv: list[str], interval: float, quiet_wait: float = 0.0) -> bool:
+    """Measure one run (after waiting up to ``quiet_wait`` s for a quiet machine) and record it; a failing
+    run is recorded with the tail of its stderr."""
+    wait_until_quiet(quiet_wait)
     measurement, error_output = measure(argv, cwd=REPO, interval=interval)
     if measurement.returncode != 0:
         tail = error_output.decode(errors="replace").strip().splitlines()[-5:]
@@ -285,7 +287,6 @@ def bench_dataset(
     print()
     print(f"== {bench_datasets.describe(dataset)}")
     warm_cache(dataset)
-    wait_until_quiet(quiet_wait)
     tools = {name: ToolRuns(name) for name in tool_names}
     commands = {
         "energon": energon_command(dataset.path),
@@ -297,7 +298,8 @@ def bench_dataset(
     energon_index: IndexSummary | None = None
     for _ in range(repeat):
         for name in tool_names:
-            succeeded = run_tool(tools[name], commands[name], interval)
+            warm_cache(dataset)  # again before every run: other programs may have pushed it out meanwhile
+            succeeded = run_tool(tools[name], commands[name], interval, quiet_wait)
             if not succeeded:
                 continue
             if name == "energon":
@@ -347,7 +349,6 @@ def bench_scale(
     print(f"== scale: {bench_datasets.describe(small)}")
     print(f"          {bench_datasets.describe(big)}")
     warm_cache(big)  # the small dataset's shards are hard links to the big one's first shards
-    wait_until_quiet(quiet_wait)
     rows = []
     result: dict = {}
     for dataset in (small, big):
@@ -357,7 +358,8 @@ def bench_scale(
             energon_index = None
             for tool in reversed(tools):  # energon first, so shardprep's index is compared with it
                 command = shardprep_command if tool.name == "shardprep" else energon_command
-                if not run_tool(tool, command(dataset.path), interval):
+                warm_cache(dataset)
+                if not run_tool(tool, command(dataset.path), interval, quiet_wait):
                     continue
                 if tool.name == "energon":
                     energon_index = summarise_index(dataset, with_rows=False)
@@ -460,10 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-top", type=int, default=30)
     parser.add_argument(
         "--quiet-wait", type=float, default=0.0,
-        help="before each dataset, wait up to this many seconds for other programs to leave the CPUs idle",
+        help="before each run, wait up to this many seconds for other programs to leave the CPUs idle",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows as it happens, also into a file
 
     tool_names = [{"tar": "tar -tf"}.get(name.strip(), name.strip()) for name in args.tools.split(",") if name.strip()]
     unknown = set(tool_names) - {"energon", "shardprep", "tar -tf"}
