@@ -33,7 +33,8 @@ class FinishedShard:
     split: str
     count: int
     bytes: int
-    rows_database: bytes
+    #: The shard's rows as a sqlite image, kept on disk in the staging folder until `finish`.
+    rows_path: Path
 
 
 class DatasetBuild:
@@ -82,9 +83,9 @@ class DatasetBuild:
         index = written.index
         with open(self.staging.tar_index_file(written.shard), "wb") as file:
             file.write(tar_index_bytes(index.offsets))
-        self.finished.append(
-            FinishedShard(written.shard, split, index.count, written.bytes, shard_rows_database(index))
-        )
+        rows_path = self.staging.meta_file(f"rows-{len(self.finished)}.sqlite.tmp")
+        rows_path.write_bytes(shard_rows_database(index))
+        self.finished.append(FinishedShard(written.shard, split, index.count, written.bytes, rows_path))
 
     def finish(self, split_names: list[str], dataset_yaml: str | None, extra_meta: dict[str, str] | None = None) -> None:
         """Close every shard and write the index into the staging area (nothing is in place yet)."""
@@ -95,8 +96,8 @@ class DatasetBuild:
         writer = SqliteIndexWriter(self.staging.meta_file(INDEX_SQLITE), names)
         try:
             for tar_file_id, shard in enumerate(shards):
-                writer.add_shard(shard.shard, shard.rows_database, tar_file_id)
-                shard.rows_database = b""
+                writer.add_shard(shard.shard, shard.rows_path.read_bytes(), tar_file_id)
+                shard.rows_path.unlink()
             writer.finish()
         except BaseException:
             writer.abort()

@@ -52,14 +52,11 @@ class HeaderMaker:
         """One header block; `name` fits 100 bytes, `prefix` 155, `size` an octal field."""
         size_field = b"%011o\0" % size
         checksum = self.base_checksum + sum(name) + sum(size_field) + sum(prefix) + typeflag[0] - 48
-        block = bytearray(self.template)
-        block[0 : len(name)] = name
-        block[124:136] = size_field
-        block[148:156] = b"%06o\0 " % checksum
-        block[156] = typeflag[0]
-        if prefix:
-            block[345 : 345 + len(prefix)] = prefix
-        return bytes(block)
+        template = self.template
+        return b"".join((
+            name, bytes(100 - len(name)), template[100:124], size_field, template[136:148],
+            b"%06o\0 " % checksum, typeflag, template[157:345], prefix, bytes(155 - len(prefix)), template[500:],
+        ))
 
     def member(self, name: str, size: int) -> bytes:
         """Every header block of one member: a plain ustar header, or PAX + ustar when the name or size needs it."""
@@ -222,10 +219,8 @@ class ShardWriter:
 
         `same_shard` keeps the sample in the open shard even past the limits (the rest of a group)."""
         current = self.current
-        if (
-            current is not None
-            and not same_shard
-            and (current.count >= self.maxcount or current.pos + sample_tar_bytes(parts) + 2 * BLOCK > self.maxsize)
+        if current is not None and not same_shard and (
+            current.count >= self.maxcount or current.pos + sample_tar_bytes(parts) + 2 * BLOCK > self.maxsize
         ):
             self.finish_shard()
             current = None
@@ -266,4 +261,8 @@ class ShardWriter:
 
 def sample_tar_bytes(parts: list[tuple[str, bytes]]) -> int:
     """Tar bytes one sample takes with plain ustar headers (a lower bound when PAX headers are needed)."""
-    return sum(BLOCK + len(data) + (-len(data) % BLOCK) for _, data in parts)
+    total = 0
+    for _, data in parts:
+        size = len(data)
+        total += BLOCK + size + (-size % BLOCK)
+    return total

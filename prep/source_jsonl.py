@@ -27,7 +27,7 @@ class JsonlSource:
                 if not line.strip():
                     continue  # blank lines separate nothing in JSONL; they are not samples
                 try:
-                    fields = loads(line)
+                    fields = loads(line.decode("utf-8"))  # str: json.loads skips its encoding sniffing
                 except ValueError as error:
                     yield Reject(f"{name}:{number}", f"not valid JSON ({_reason(error)})", _text(line))
                     continue

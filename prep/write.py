@@ -205,7 +205,6 @@ class _Run:
         self.rejects = 0
         self.samples = 0
         self.bytes = 0
-        self.per_split: dict[str, int] = {}
         self.keys: set[str] = set()
         self.spool = GroupSpool(out_dir) if options["group_contiguous"] else None
         self.oversize_groups = 0
@@ -228,7 +227,6 @@ class _Run:
     def write_sample(self, split: str, key: str, parts: list[tuple[str, bytes]], same_shard: bool = False) -> None:
         self.bytes += self.primary.writer(split, self.folder(split)).write(key, parts, same_shard)
         self.samples += 1
-        self.per_split[split] = self.per_split.get(split, 0) + 1
 
     def write_media(self, key: str, media: list[tuple[str, bytes]]) -> None:
         if self.aux_build is not None:
@@ -425,7 +423,7 @@ def write_dataset(
     shard_names = [shard.shard for shard in run.primary.finished]
     return WriteSummary(
         out_dir=out_dir,
-        samples_per_split={name: run.per_split.get(name, 0) for name in split_names},
+        samples_per_split={name: sum(s.count for s in run.primary.finished if s.split == name) for name in split_names},
         shards=len(shard_names),
         bytes=run.bytes,
         rejects=run.rejects,
@@ -543,7 +541,7 @@ def _commit(run: _Run, split_names: list[str], overwrite: bool) -> None:
         os.replace(run.rejects_staged, run.rejects_path)
     if run.polylithic:
         staged = out_dir / f".{METADATASET_YAML}.shardprep-{run.token}.tmp"
-        used = [name for name in split_names if run.per_split.get(name) or name == "train"]
+        used = [name for name in split_names if any(s.split == name for s in run.primary.finished) or name == "train"]
         staged.write_text(_metadataset_yaml(used, run.o["aux_format"]))
         run.primary.commit()
         os.replace(staged, out_dir / METADATASET_YAML)
