@@ -75,12 +75,11 @@ class SqliteIndexWriter:
         self.shard_names = shard_names
         self.db = sqlite3.connect(path, isolation_level=None)
         # A fresh file in a staging folder that nobody reads before we finish: no fsync, journal in RAM
-        # (per-shard transactions keep it small).
+        # (per-shard transactions keep it small). Index builds sort in temp files, so memory stays flat.
         for pragma in (
             "PRAGMA journal_mode = MEMORY",
             "PRAGMA synchronous = OFF",
             "PRAGMA locking_mode = EXCLUSIVE",
-            "PRAGMA temp_store = MEMORY",
             "PRAGMA cache_size = -65536",
         ):
             self.db.execute(pragma)
