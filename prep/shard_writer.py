@@ -171,7 +171,8 @@ class WrittenShard:
 
     shard: str
     path: Path
-    index: ShardIndex
+    #: The shard's index rows; None once `on_close` has taken them.
+    index: ShardIndex | None
     bytes: int
 
 
@@ -243,9 +244,10 @@ class ShardWriter:
         self.current = None
         index = shard.close()
         written = WrittenShard(shard.shard, shard.path, index, shard.pos + 2 * BLOCK)
-        self.written.append(written)
         if self.on_close is not None:
             self.on_close(written)
+            written.index = None  # handed over: holding every shard's rows would grow without bound
+        self.written.append(written)
 
     def close(self) -> list[WrittenShard]:
         """Finish the last shard and return every shard written, in order."""
