@@ -225,6 +225,10 @@ class ToolRuns:
         return max(run.peak_tree_pss_mb for run in self.runs)
 
     @property
+    def peak_anon_mb(self) -> float:
+        return max(run.peak_tree_anon_mb for run in self.runs)
+
+    @property
     def max_process_mb(self) -> float:
         return max(run.max_process_rss_mb for run in self.runs)
 
@@ -256,7 +260,7 @@ def verdict(ok: bool) -> str:
 
 def print_table(dataset: Dataset, tools: list[ToolRuns]) -> None:
     header = (
-        f"{'tool':<10} {'wall s':>8} {'cpu s':>7} {'samples/s':>11} {'peak RSS MB':>12} {'PSS MB':>8} "
+        f"{'tool':<10} {'wall s':>8} {'cpu s':>7} {'samples/s':>11} {'peak RSS MB':>12} {'PSS MB':>8} {'anon MB':>8} "
         f"{'1 proc MB':>10} {'procs':>6} {'runs':>5} {'other load':>10}"
     )
     print(header)
@@ -267,7 +271,7 @@ def print_table(dataset: Dataset, tools: list[ToolRuns]) -> None:
             continue
         print(
             f"{tool.name:<10} {tool.wall:8.3f} {tool.cpu:7.2f} {dataset.samples / tool.wall:11,.0f} "
-            f"{tool.peak_rss_mb:12.1f} {tool.peak_pss_mb:8.1f} {tool.max_process_mb:10.1f} {tool.processes:6d} "
+            f"{tool.peak_rss_mb:12.1f} {tool.peak_pss_mb:8.1f} {tool.peak_anon_mb:8.1f} {tool.max_process_mb:10.1f} {tool.processes:6d} "
             f"{len(tool.runs):5d} {tool.other_cores:10.2f}"
         )
         for failure in tool.failures:
@@ -431,7 +435,8 @@ def print_environment(tool_names: list[str], interval: float) -> None:
     print(f"flags for both: {' '.join(PREPARE_FLAGS)}")
     launcher = gnu_time()
     print(
-        f"memory: /proc sampled every {interval * 1000:g} ms over the whole process tree (RSS sum and PSS sum); "
+        f"memory: /proc sampled every {interval * 1000:g} ms over the whole process tree (sums of RSS, PSS, and "
+        "anon = RSS without file-backed pages such as an mmap-ed shard); "
         f"'1 proc' = largest single process ru_maxrss{' via GNU time' if launcher else ' (includes fork from this process)'}; "
         "wall and cpu = median of runs, memory = largest of runs; "
         "'other load' = cores busy outside the measured tree during a run (contention)"

@@ -6,6 +6,9 @@ Three memory figures, because one number alone misleads when a program forks wor
   ``interval`` seconds. Pages shared between a parent and its forked workers count once per process, so this
   is an upper bound; it is the figure benchmark targets are checked against.
 - ``peak_tree_pss``: the same sampling with PSS (shared pages divided among their sharers), the honest total.
+- ``peak_tree_anon``: the same sampling of RSS minus its file-backed and shared-memory part (statm's
+  ``resident - shared``): memory the tree allocated itself, without page-cache pages it merely mapped
+  (an mmap-ed shard shows up in RSS, but not here).
 - ``max_process_rss``: ``ru_maxrss`` of the command, i.e. the high-water mark of the largest single process
   in its tree (the kernel folds in every descendant that was waited for). Sampling can miss a short spike;
   this cannot, so the tree peak is never reported below it.
@@ -51,6 +54,7 @@ class Measurement:
     wall_seconds: float
     peak_tree_rss: int  # bytes
     peak_tree_pss: int  # bytes
+    peak_tree_anon: int  # bytes
     max_process_rss: int  # bytes
     peak_process_count: int
     user_seconds: float
@@ -70,6 +74,10 @@ class Measurement:
     @property
     def peak_tree_pss_mb(self) -> float:
         return self.peak_tree_pss / MB
+
+    @property
+    def peak_tree_anon_mb(self) -> float:
+        return self.peak_tree_anon / MB
 
     @property
     def max_process_rss_mb(self) -> float:
@@ -128,20 +136,21 @@ def descendants(root: int, parents: dict[int, int]) -> set[int]:
     return found
 
 
-def _rss_and_pss(pid: int, with_pss: bool) -> tuple[int, int]:
-    """Resident and proportional set size of one process in bytes; (0, 0) once it has gone."""
+def _memory(pid: int, with_pss: bool) -> tuple[int, int, int]:
+    """Resident, proportional and anonymous set size of one process in bytes; zeros once it has gone."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as statm:
-            rss = int(statm.read().split()[1]) * PAGE_SIZE
+            fields = statm.read().split()
+        rss, anon = int(fields[1]) * PAGE_SIZE, (int(fields[1]) - int(fields[2])) * PAGE_SIZE
         if not with_pss:
-            return rss, rss
+            return rss, rss, anon
         with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
             for line in rollup:
                 if line.startswith(b"Pss:"):
-                    return rss, int(line.split()[1]) * 1024
+                    return rss, int(line.split()[1]) * 1024, anon
     except (OSError, ValueError, IndexError):
-        return 0, 0
-    return rss, rss
+        return 0, 0, 0
+    return rss, rss, anon
 
 
 class TreeSampler(threading.Thread):
@@ -154,19 +163,22 @@ class TreeSampler(threading.Thread):
         self.with_pss = with_pss
         self.peak_rss = 0
         self.peak_pss = 0
+        self.peak_anon = 0
         self.peak_count = 0
         self._halt = threading.Event()
         self._me = os.getpid()
 
     def sample_once(self) -> None:
         pids = descendants(self._me, _parent_map()) - self.excluded
-        rss_total = pss_total = 0
+        rss_total = pss_total = anon_total = 0
         for pid in pids:
-            rss, pss = _rss_and_pss(pid, self.with_pss)
+            rss, pss, anon = _memory(pid, self.with_pss)
             rss_total += rss
             pss_total += pss
+            anon_total += anon
         self.peak_rss = max(self.peak_rss, rss_total)
         self.peak_pss = max(self.peak_pss, pss_total)
+        self.peak_anon = max(self.peak_anon, anon_total)
         self.peak_count = max(self.peak_count, len(pids))
 
     def run(self) -> None:
@@ -242,6 +254,7 @@ def measure(
         wall_seconds=wall,
         peak_tree_rss=max(sampler.peak_rss, max_process_rss),
         peak_tree_pss=sampler.peak_pss,
+        peak_tree_anon=sampler.peak_anon,
         max_process_rss=max_process_rss,
         peak_process_count=max(sampler.peak_count, 1),
         user_seconds=usage.ru_utime,
@@ -269,6 +282,7 @@ def describe(measurement: Measurement) -> str:
         f"exit {measurement.returncode}  wall {measurement.wall_seconds:.3f} s  "
         f"cpu {measurement.user_seconds + measurement.system_seconds:.2f} s  "
         f"peak tree RSS {measurement.peak_tree_rss_mb:.1f} MB  PSS {measurement.peak_tree_pss_mb:.1f} MB  "
+        f"anon {measurement.peak_tree_anon_mb:.1f} MB  "
         f"max process RSS {measurement.max_process_rss_mb:.1f} MB"
         f"{'' if measurement.max_process_rss_clean else ' (includes the launcher at fork)'}  "
         f"processes {measurement.peak_process_count}  "
