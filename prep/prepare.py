@@ -17,7 +17,10 @@ import stat
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from prep.errors import PrepError, ShardError
@@ -175,26 +178,37 @@ def _worker_signals() -> None:
 
 
 def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[IndexedShard | ShardError]:
-    """Results in shard order, with at most a few shards in flight so memory stays flat."""
+    """Results in shard order, with at most a few shards in flight so memory stays flat.
+
+    A worker that dies (killed, out of memory) ends the run with an error instead of a hang, and on any
+    exit the workers are stopped before the caller removes the staged files they write.
+    """
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
             yield _index_task(*task)
         return
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    window = 2 * workers
-    with context.Pool(workers, initializer=_worker_signals) as pool:
+    executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_signals)
+    try:
         pending: deque = deque()
         upcoming = iter(tasks)
-        for task in upcoming:
-            pending.append(pool.apply_async(_index_task, task))
-            if len(pending) >= window:
-                break
+        for task in islice(upcoming, 2 * workers):
+            pending.append(executor.submit(_index_task, *task))
         while pending:
-            result = pending.popleft().get()
-            for task in upcoming:
-                pending.append(pool.apply_async(_index_task, task))
-                break
+            try:
+                result = pending.popleft().result()
+            except BrokenProcessPool:
+                raise PrepError(
+                    "A process indexing shards died unexpectedly (killed, or out of memory?). Nothing was"
+                    " written; run prepare again, with fewer --num-workers if memory is short."
+                ) from None
+            for task in islice(upcoming, 1):
+                pending.append(executor.submit(_index_task, *task))
             yield result
+    finally:
+        for process in list(getattr(executor, "_processes", {}).values()):
+            process.terminate()
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _permissions(root: Path, first_shard: Path) -> tuple[int | None, int | None]:
