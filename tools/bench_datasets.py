@@ -11,8 +11,10 @@ Three kinds, each a folder of WebDataset shards:
   would take a very long time at ten million samples. A smaller ``scale`` dataset for memory comparisons
   is made of hard links to the first shards of the big one.
 
-A dataset counts as made only once its marker file ``.complete.json`` exists and records the same parameters;
-a half-made or differently sized one is removed and made again. Prepare runs leave ``.nv-meta`` and
+Each dataset's folder is named for its sizes (``text-200000x10-seed0``), so sizes live side by side, and a
+lock file lets concurrent benchmarks share one. A dataset counts as made only once its marker file
+``.complete.json`` exists and records the same parameters; a half-made one is removed and made again (it is
+built in ``NAME.partial`` and renamed when complete). Prepare runs leave ``.nv-meta`` and
 ``*.tar.idx`` files next to the shards; they are not part of the dataset and do not invalidate it.
 
     python -m tools.bench_datasets text image
