@@ -30,6 +30,10 @@ GNU_LONGNAME, GNU_LONGLINK, GNU_SPARSE = ord("L"), ord("K"), ord("S")
 PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED = ord("x"), ord("g"), ord("X")
 EXTENSION_TYPES = frozenset((GNU_LONGNAME, GNU_LONGLINK, PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED))
 AREGTYPE = 0
+#: Blocks the vectorised scan reads before releasing them (8 MiB).
+WINDOW_BLOCKS = 16384
+#: The header walk releases the pages behind it every this many bytes.
+RELEASE_STRIDE = 16 * 1024 * 1024
 #: Shards whose first members average at most this many bytes take the vectorised scan.
 SMALL_MEMBER_STRIDE = 16 * 1024
 _REGULAR_CODES = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
@@ -140,6 +144,8 @@ class HeaderWalker:
         self.size = len(buffer)
         self.end = 0
         self.header_offsets = array("q")
+        #: Headers whose quick checksum test failed during a vectorised scan (None: not checked yet).
+        self._corrupt_candidates: list[int] | None = None
 
     def _fail(self, offset: int, problem: str, advice: str = REWRITE_ADVICE) -> ShardError:
         """An error at `offset`, unless an earlier header is corrupt: then that is the real cause."""
@@ -179,6 +185,7 @@ class HeaderWalker:
             if fast is not None:
                 return fast
             self.header_offsets = array("q")
+            self._corrupt_candidates = None
         return self._walk()
 
     def _mostly_small_members(self, probe: int = 16) -> bool:
@@ -199,22 +206,41 @@ class HeaderWalker:
 
         Every block whose magic says "ustar" is a candidate header; the candidates must chain exactly
         (each header's size leads to the next candidate, the last to a zero block), and only plain
-        members, folders, links and PAX headers that change nothing indexed may appear.
+        members, folders, links and PAX headers that change nothing indexed may appear. The shard is read
+        a window at a time and each window's pages are released after it, so memory stays flat however
+        big the shard is; header checksums are checked on the way.
         """
         whole = self.size // BLOCK
         blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole * BLOCK).reshape(whole, BLOCK)
-        magic = blocks[:, 257:262]
-        candidates = np.flatnonzero(
-            (magic[:, 0] == 0x75) & (magic[:, 1] == 0x73) & (magic[:, 2] == 0x74) & (magic[:, 3] == 0x61)
-            & (magic[:, 4] == 0x72)
+        found: list[tuple[np.ndarray, ...]] = []
+        for first in range(0, whole, WINDOW_BLOCKS):
+            window = blocks[first : first + WINDOW_BLOCKS]
+            magic = window[:, 257:262]
+            local = np.flatnonzero(
+                (magic[:, 0] == 0x75) & (magic[:, 1] == 0x73) & (magic[:, 2] == 0x74) & (magic[:, 3] == 0x61)
+                & (magic[:, 4] == 0x72)
+            )
+            headers = window[local]
+            candidates = local + first
+            # The block after a PAX header holds its records (it may start the next window).
+            following = np.minimum(candidates + 1, whole - 1)
+            pax = headers[:, 156] == PAX_EXTENDED
+            records = blocks[following[pax]].tobytes()
+            pax_matters = any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER)
+            found.append((candidates, headers[:, 124:136].copy(), headers[:, 156].copy(),
+                          _checksums_differ(headers), headers[:, :100].copy(), headers[:, 345:500].copy(),
+                          np.array([pax_matters])))
+            self._release(first * BLOCK, len(window) * BLOCK + BLOCK)
+        if not found:
+            return None
+        candidates, size_fields, types, differ, name_fields, prefixes, pax_matters = (
+            np.concatenate(column) for column in zip(*found, strict=True)
         )
-        if len(candidates) == 0 or candidates[0] != 0:
+        if len(candidates) == 0 or candidates[0] != 0 or pax_matters.any():
             return None
-        headers = blocks[candidates]
-        if (headers[:, 124] & 0x80).any():  # base-256 sizes: leave to the walk
+        if (size_fields[:, 0] & 0x80).any():  # base-256 sizes: leave to the walk
             return None
-        sizes = _octal_fields(headers[:, 124:136])
-        types = headers[:, 156]
+        sizes = _octal_fields(size_fields)
         if not np.isin(types, _FAST_TYPES).all():
             return None
         has_data = ~np.isin(types, _NO_DATA_TYPES)
@@ -222,33 +248,28 @@ class HeaderWalker:
         if (following[:-1] != candidates[1:]).any():
             return None
         end_block = int(following[-1])
-        if end_block >= whole or blocks[end_block].any():
+        if end_block >= whole or self.buf[end_block * BLOCK : (end_block + 1) * BLOCK] != ZERO_BLOCK:
             return None
         extended = types == PAX_EXTENDED
         if extended[-1] or (extended[:-1] & extended[1:]).any():
             return None
-        pax_rows = np.flatnonzero(extended)
-        if len(pax_rows):
-            if (sizes[pax_rows] > BLOCK).any():
-                return None
-            # All PAX records at once: substring searches over their blocks find any that changes a name or size.
-            records = blocks[candidates[pax_rows] + 1].tobytes()
-            if any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER):
-                return None
+        if (sizes[extended] > BLOCK).any():
+            return None
+        self.header_offsets = array("q", (candidates * BLOCK).tolist())
+        self._corrupt_candidates = [int(at) * BLOCK for at in candidates[differ]]
         regular = np.isin(types, _REGULAR_CODES)
         member_rows = np.flatnonzero(regular)
         starts = candidates[member_rows].copy()
         after_pax = member_rows[member_rows > 0]
         chained = extended[after_pax - 1]
         starts[member_rows > 0] = np.where(chained, candidates[after_pax - 1], starts[member_rows > 0])
-        names = self._names(headers[member_rows])
+        names = self._names(name_fields[member_rows], prefixes[member_rows])
         if names is None:
             return None
         keep = [i for i, name in enumerate(names) if not (types[member_rows[i]] == AREGTYPE and name.endswith("/"))]
         if len(keep) != len(names):
             names = [names[i] for i in keep]
             member_rows, starts = member_rows[keep], starts[keep]
-        self.header_offsets = array("q", (candidates * BLOCK).tolist())
         self.end = end_block * BLOCK
         return (
             names,
@@ -257,14 +278,24 @@ class HeaderWalker:
             array("q", sizes[member_rows].tolist()),
         )
 
-    def _names(self, headers: np.ndarray) -> list[str] | None:
+    def _release(self, start: int, length: int) -> None:
+        """Drop a scanned range's pages from this process (they stay in the page cache)."""
+        if not isinstance(self.buf, mmap.mmap):
+            return
+        start -= start % mmap.PAGESIZE
+        length = min(length, self.size - start)
+        if length > 0:
+            self.buf.madvise(mmap.MADV_DONTNEED, start, length)
+
+    @staticmethod
+    def _names(name_fields: np.ndarray, prefixes: np.ndarray) -> list[str] | None:
         """Member names from the name (and ustar prefix) fields; None if one is not clean UTF-8."""
-        raw = np.ascontiguousarray(headers[:, :100]).view("S100").ravel().tolist()
-        prefixed = np.flatnonzero(headers[:, 345])
+        raw = np.ascontiguousarray(name_fields).view("S100").ravel().tolist()
+        prefixed = np.flatnonzero(prefixes[:, 0])
         try:
             names = [name.decode("utf-8") for name in raw]
             for row in prefixed:
-                prefix = bytes(headers[row, 345:500]).split(b"\0", 1)[0]
+                prefix = bytes(prefixes[row]).split(b"\0", 1)[0]
                 names[row] = prefix.decode("utf-8") + "/" + names[row]
         except UnicodeDecodeError:
             return None
@@ -283,7 +314,11 @@ class HeaderWalker:
         chain_start = -1  # first header of an L/K/x chain: where the member "starts" for energon
         long_name: str | None = None
         pax: dict[str, str] | None = None
+        released, release_at = 0, RELEASE_STRIDE
         while True:
+            if pos >= release_at:
+                self._release(released, pos - released)
+                released, release_at = pos - pos % mmap.PAGESIZE, pos + RELEASE_STRIDE
             if pos + BLOCK > size:
                 raise self._fail(pos, self._short_end_problem(pos))
             typeflag = buf[pos + 156]
@@ -422,19 +457,22 @@ class HeaderWalker:
 
     def first_corrupt_header(self) -> int | None:
         """The offset of the first visited header whose checksum is wrong, checked in vectorised batches."""
-        if not self.header_offsets:
-            return None
-        whole_blocks = self.size // BLOCK
-        blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole_blocks * BLOCK).reshape(whole_blocks, BLOCK)
-        rows_at = np.frombuffer(self.header_offsets, dtype=np.int64) // BLOCK
-        for first in range(0, len(rows_at), 16384):
-            headers = blocks[rows_at[first : first + 16384]]
-            field = headers[:, 148:156]
-            computed = headers.sum(axis=1, dtype=np.int64) - field.sum(axis=1, dtype=np.int64) + 8 * 0x20
-            for row in np.nonzero(computed != _octal_fields(field))[0]:
-                offset = int(rows_at[first + row]) * BLOCK
-                if not header_checksum_ok(self.buf[offset : offset + BLOCK]):
-                    return offset
+        if self._corrupt_candidates is not None:
+            suspects = self._corrupt_candidates
+        else:
+            if not self.header_offsets:
+                return None
+            whole_blocks = self.size // BLOCK
+            blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole_blocks * BLOCK).reshape(whole_blocks, BLOCK)
+            rows_at = np.frombuffer(self.header_offsets, dtype=np.int64) // BLOCK
+            suspects = []
+            for first in range(0, len(rows_at), 16384):
+                batch = rows_at[first : first + 16384]
+                suspects += [int(at) * BLOCK for at in batch[_checksums_differ(blocks[batch])]]
+                self._release(int(batch[0]) * BLOCK, (int(batch[-1]) - int(batch[0]) + 1) * BLOCK)
+        for offset in suspects:
+            if not header_checksum_ok(self.buf[offset : offset + BLOCK]):
+                return offset
         return None
 
     def verify_checksums(self) -> None:
@@ -442,6 +480,13 @@ class HeaderWalker:
         corrupt = self.first_corrupt_header()
         if corrupt is not None:
             raise self._corrupt(corrupt)
+
+
+def _checksums_differ(headers: np.ndarray) -> np.ndarray:
+    """Which headers' unsigned byte sums disagree with their stored checksum (to be re-checked exactly)."""
+    field = headers[:, 148:156]
+    computed = headers.sum(axis=1, dtype=np.int64) - field.sum(axis=1, dtype=np.int64) + 8 * 0x20
+    return computed != _octal_fields(field)
 
 
 def _octal_fields(field: np.ndarray) -> np.ndarray:
