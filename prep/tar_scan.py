@@ -35,7 +35,7 @@ WINDOW_BLOCKS = 16384
 #: The header walk releases the pages behind it every this many bytes.
 RELEASE_STRIDE = 16 * 1024 * 1024
 #: Shards whose first members average at most this many bytes take the vectorised scan.
-SMALL_MEMBER_STRIDE = 16 * 1024
+SMALL_MEMBER_STRIDE = 4 * 1024
 _REGULAR_CODES = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
 _NO_DATA_TYPES = np.array(sorted(KNOWN_NON_REGULAR), dtype=np.uint8)
 _FAST_TYPES = np.array(sorted(REGULAR_TYPES | KNOWN_NON_REGULAR | {PAX_EXTENDED}), dtype=np.uint8)
@@ -466,8 +466,9 @@ class HeaderWalker:
             blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole_blocks * BLOCK).reshape(whole_blocks, BLOCK)
             rows_at = np.frombuffer(self.header_offsets, dtype=np.int64) // BLOCK
             suspects = []
-            for first in range(0, len(rows_at), 16384):
-                batch = rows_at[first : first + 16384]
+            # Small batches: each header read maps its neighbourhood too (kernel fault-around).
+            for first in range(0, len(rows_at), 1024):
+                batch = rows_at[first : first + 1024]
                 suspects += [int(at) * BLOCK for at in batch[_checksums_differ(blocks[batch])]]
                 self._release(int(batch[0]) * BLOCK, (int(batch[-1]) - int(batch[0]) + 1) * BLOCK)
         for offset in suspects:
