@@ -1,10 +1,12 @@
 """Read a tar shard's member headers without reading its contents.
 
 The scanner walks the 512-byte header blocks of a memory-mapped shard and jumps over member data, so it
-touches one page per member however big the member is. It understands ustar, GNU long names and long
-links (`L`/`K`), and PAX extended (`x`) and global (`g`) headers, the way Python's `tarfile` does, and it
-refuses what `tarfile` lets slip by: a header cut short by the end of the file, member data running past
-the end, a corrupt header in the middle, a missing end-of-archive marker, a compressed file.
+touches one page per member however big the member is; shards of many small members are instead read
+window by window and their headers found with numpy. Pages are released behind the scan, so memory stays
+flat. It understands ustar, GNU long names and long links (`L`/`K`), and PAX extended (`x`) and global
+(`g`) headers, the way Python's `tarfile` does, and it refuses what `tarfile` lets slip by: a header cut
+short by the end of the file, member data running past the end, a corrupt header in the middle, a
+missing end-of-archive marker, a compressed file.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def _text(field: bytes) -> str:
 
 def header_checksum_ok(header: bytes) -> bool:
     """Whether a 512-byte header's stored checksum matches (unsigned or the historic signed sum)."""
+    if len(header) != BLOCK:
+        return False
     try:
         stored = _number(header[148:156])
     except ValueError:
@@ -119,7 +123,12 @@ def _parse_pax(data: bytes) -> dict[str, str]:
 
 
 def check_not_compressed(shard: str, head: bytes) -> None:
-    """Refuse a compressed shard: energon reads members by byte offset into the raw file."""
+    """Refuse a compressed shard: energon reads members by byte offset into the raw file.
+
+    A valid first tar header wins over a magic number (a member may be named "BZh...").
+    """
+    if len(head) >= BLOCK and header_checksum_ok(head[:BLOCK]):
+        return
     for magic, kind in COMPRESSED_MAGIC.items():
         if head.startswith(magic):
             raise ShardError(
@@ -535,7 +544,7 @@ def scan_members(path: str, shard: str) -> tuple[list[Member], int]:
     Convenience for tools and tests; the indexer streams `HeaderWalker.members()` instead.
     """
     buffer = open_shard(path, shard)
-    check_not_compressed(shard, buffer[:8])
+    check_not_compressed(shard, buffer[:BLOCK])
     walker = HeaderWalker(shard, buffer)
     members = list(walker.members())
     walker.verify_checksums()

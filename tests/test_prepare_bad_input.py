@@ -148,3 +148,10 @@ def test_interrupted_run_leaves_no_staging_files(prepared: Path) -> None:
     leftovers = [p.name for p in prepared.rglob("*shardprep*")]
     assert leftovers == []
     shutil.rmtree(prepared / ".nv-meta")
+
+
+def test_member_named_like_a_compression_magic_is_still_a_tar(tmp_path: Path) -> None:
+    root = tmp_path / "magic"
+    write_tarfile(root / "a.tar", [("BZh91AY.txt", b"not bzip2"), ("BZh91AY.json", b"{}")])
+    result = run_shardprep("prepare", str(root), *FLAGS)
+    assert result.returncode == 0, result.stderr

@@ -163,3 +163,19 @@ def test_vectorised_scan_agrees_with_the_header_walk(tmp_path: Path) -> None:
             assert vectorised == walked, shard.name
             assert (fast.end, list(fast.header_offsets)) == (walk.end, list(walk.header_offsets)), shard.name
     assert taken >= 3  # long names and long links (PAX path, GNU K) take the walk
+
+
+def test_vectorised_grouping_agrees_with_member_by_member_grouping(tmp_path: Path) -> None:
+    from prep.shard_index import ShardIndex, _group_one_by_one, _group_vectorised
+    from prep.tar_scan import HeaderWalker, open_shard
+    from tests.shard_makers import sample_members, write_tarfile
+
+    members = sample_members("a.b/x", 30, {"jpg": b"j%d", "seg.0.txt": b"t%d", "json": b"{}"})
+    shard = write_tarfile(tmp_path / "s.tar", members)
+    walker = HeaderWalker("s.tar", open_shard(str(shard), "s.tar"))
+    scanned = walker.scan()
+    vectorised, one_by_one = ShardIndex("s.tar", 3), ShardIndex("s.tar", 3)
+    assert _group_vectorised(vectorised, *scanned, walker.end)
+    _group_one_by_one(one_by_one, *scanned, walker.end)
+    assert vectorised == one_by_one
+    assert vectorised.count == 30 and len(vectorised.parts) == 90
