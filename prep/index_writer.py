@@ -80,7 +80,7 @@ class SqliteIndexWriter:
             "PRAGMA journal_mode = MEMORY",
             "PRAGMA synchronous = OFF",
             "PRAGMA locking_mode = EXCLUSIVE",
-            "PRAGMA cache_size = -65536",
+            "PRAGMA cache_size = -16384",
         ):
             self.db.execute(pragma)
         self.db.execute(SAMPLES_TABLE)

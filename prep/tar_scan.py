@@ -222,6 +222,7 @@ class HeaderWalker:
         whole = self.size // BLOCK
         blocks = np.frombuffer(self.buf, dtype=np.uint8, count=whole * BLOCK).reshape(whole, BLOCK)
         found: list[tuple[np.ndarray, ...]] = []
+        prefixes: dict[int, bytes] = {}
         for first in range(0, whole, WINDOW_BLOCKS):
             window = blocks[first : first + WINDOW_BLOCKS]
             magic = window[:, 257:262]
@@ -236,20 +237,26 @@ class HeaderWalker:
             pax = headers[:, 156] == PAX_EXTENDED
             records = blocks[following[pax]].tobytes()
             pax_matters = any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER)
-            found.append((candidates, headers[:, 124:136].copy(), headers[:, 156].copy(),
-                          _checksums_differ(headers), headers[:, :100].copy(), headers[:, 345:500].copy(),
-                          np.array([pax_matters])))
+            if pax_matters or (headers[:, 124] & 0x80).any():  # base-256 sizes: leave to the walk
+                return None
+            for row in np.flatnonzero(headers[:, 345]):  # ustar prefixes are rare: keep them aside
+                prefixes[int(candidates[row])] = bytes(headers[row, 345:500]).split(b"\0", 1)[0]
+            found.append((
+                candidates,
+                _octal_fields(headers[:, 124:136]),
+                headers[:, 156].copy(),
+                _checksums_differ(headers),
+                np.ascontiguousarray(headers[:, :100]).view("S100").ravel(),
+            ))
             self._release(first * BLOCK, len(window) * BLOCK + BLOCK)
         if not found:
             return None
-        candidates, size_fields, types, differ, name_fields, prefixes, pax_matters = (
+        candidates, sizes, types, differ, name_fields = (
             np.concatenate(column) for column in zip(*found, strict=True)
         )
-        if len(candidates) == 0 or candidates[0] != 0 or pax_matters.any():
+        del found
+        if len(candidates) == 0 or candidates[0] != 0:
             return None
-        if (size_fields[:, 0] & 0x80).any():  # base-256 sizes: leave to the walk
-            return None
-        sizes = _octal_fields(size_fields)
         if not np.isin(types, _FAST_TYPES).all():
             return None
         has_data = ~np.isin(types, _NO_DATA_TYPES)
@@ -272,7 +279,7 @@ class HeaderWalker:
         after_pax = member_rows[member_rows > 0]
         chained = extended[after_pax - 1]
         starts[member_rows > 0] = np.where(chained, candidates[after_pax - 1], starts[member_rows > 0])
-        names = self._names(name_fields[member_rows], prefixes[member_rows])
+        names = self._names(name_fields[member_rows], [prefixes.get(int(at)) for at in candidates[member_rows]] if prefixes else None)
         if names is None:
             return None
         keep = [i for i, name in enumerate(names) if not (types[member_rows[i]] == AREGTYPE and name.endswith("/"))]
@@ -297,15 +304,14 @@ class HeaderWalker:
             self.buf.madvise(mmap.MADV_DONTNEED, start, length)
 
     @staticmethod
-    def _names(name_fields: np.ndarray, prefixes: np.ndarray) -> list[str] | None:
-        """Member names from the name (and ustar prefix) fields; None if one is not clean UTF-8."""
-        raw = np.ascontiguousarray(name_fields).view("S100").ravel().tolist()
-        prefixed = np.flatnonzero(prefixes[:, 0])
+    def _names(name_fields: np.ndarray, prefixes: list[bytes | None] | None) -> list[str] | None:
+        """Member names from the name fields (and ustar prefixes, per row or None); None if one is not
+        clean UTF-8."""
         try:
-            names = [name.decode("utf-8") for name in raw]
-            for row in prefixed:
-                prefix = bytes(prefixes[row]).split(b"\0", 1)[0]
-                names[row] = prefix.decode("utf-8") + "/" + names[row]
+            names = [name.decode("utf-8") for name in name_fields.tolist()]
+            for row, prefix in enumerate(prefixes or ()):
+                if prefix is not None:
+                    names[row] = prefix.decode("utf-8") + "/" + names[row]
         except UnicodeDecodeError:
             return None
         if any("\0" in name for name in names):
@@ -493,10 +499,15 @@ class HeaderWalker:
 
 
 def _checksums_differ(headers: np.ndarray) -> np.ndarray:
-    """Which headers' unsigned byte sums disagree with their stored checksum (to be re-checked exactly)."""
-    field = headers[:, 148:156]
-    computed = headers.sum(axis=1, dtype=np.int64) - field.sum(axis=1, dtype=np.int64) + 8 * 0x20
-    return computed != _octal_fields(field)
+    """Which headers' unsigned byte sums disagree with their stored checksum (to be re-checked exactly).
+
+    Summed 1024 rows at a time: numpy widens the bytes to int64 for the sum, 4 KiB per row.
+    """
+    computed = np.empty(len(headers), dtype=np.int64)
+    for first in range(0, len(headers), 1024):
+        rows = headers[first : first + 1024]
+        computed[first : first + 1024] = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64)
+    return computed + 8 * 0x20 != _octal_fields(headers[:, 148:156])
 
 
 def _octal_fields(field: np.ndarray) -> np.ndarray:
