@@ -279,11 +279,14 @@ class HeaderWalker:
         after_pax = member_rows[member_rows > 0]
         chained = extended[after_pax - 1]
         starts[member_rows > 0] = np.where(chained, candidates[after_pax - 1], starts[member_rows > 0])
-        names = self._names(name_fields[member_rows], [prefixes.get(int(at)) for at in candidates[member_rows]] if prefixes else None)
+        row_prefixes = [prefixes.get(int(at)) for at in candidates[member_rows]] if prefixes else None
+        names = self._names(name_fields[member_rows], row_prefixes)
         if names is None:
             return None
-        keep = [i for i, name in enumerate(names) if not (types[member_rows[i]] == AREGTYPE and name.endswith("/"))]
-        if len(keep) != len(names):
+        # Old V7 tars mark a folder as a plain file whose name ends with a slash.
+        folders = {i for i in np.flatnonzero(types[member_rows] == AREGTYPE).tolist() if names[i].endswith("/")}
+        if folders:
+            keep = [i for i in range(len(names)) if i not in folders]
             names = [names[i] for i in keep]
             member_rows, starts = member_rows[keep], starts[keep]
         self.end = end_block * BLOCK
