@@ -109,6 +109,15 @@ def list_dataset_shards(root: Path, exclude: str | None = None) -> list[str]:
     return shards
 
 
+def reindexed_shards(root: Path, exclude: str | None = None) -> list[str]:
+    """The shards --tar-index-only re-indexes: those of the existing `.info.json`, less --exclude."""
+    check_dataset_root(root)
+    shards = exclude_shards(indexed_shards(root), exclude)
+    if not shards:
+        raise PrepError(f"No shards left to index in {root} after --exclude {exclude!r}.")
+    return shards
+
+
 def check_dataset_root(root: Path) -> None:
     if not root.exists():
         raise PrepError(f"{root} does not exist. Give the folder that holds the dataset's shards.")
@@ -354,8 +363,7 @@ def prepare_dataset(
     """
     root = Path(root)
     if tar_index_only:
-        check_dataset_root(root)
-        shards = exclude_shards(indexed_shards(root), exclude)
+        shards = reindexed_shards(root, exclude)
         split = None
     else:
         shards = list_dataset_shards(root, exclude)

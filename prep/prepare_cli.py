@@ -33,17 +33,15 @@ from prep.prepare import (
     SplitSpec,
     StagedIndex,
     check_dataset_root,
-    indexed_shards,
     is_prepared,
     list_dataset_shards,
+    reindexed_shards,
     stage_index,
 )
-from prep.shard_list import exclude_shards
 from prep.split import parse_split_parts, parse_split_ratio
 
 #: With more part types than this, energon offers no interactive field map (a sample loader instead).
 MAX_FIELD_MAP_PARTS = 10
-HIDDEN_FIELDS_NOTE = "Leave empty for skipping optional field"
 
 
 def _progress_bar(enabled: bool) -> Callable[[Iterator, int], Iterator] | None:
@@ -121,7 +119,7 @@ def _describe(sample_type: SampleType) -> str:
 def _ask_field_map(sample_type: SampleType, part_names: list[str]) -> dict[str, str]:
     click.echo("\nFor each field, please specify the corresponding name in the WebDataset.")
     click.echo(f"Available types in WebDataset: {', '.join(part_names)}")
-    click.echo(HIDDEN_FIELDS_NOTE)
+    click.echo("Leave empty for skipping optional field")
     click.echo("You may also access json fields e.g. by setting the field to: json[field][field]")
     click.echo("You may also specify alternative fields e.g. by setting to: jpg,png")
     click.echo(f"Please enter the field_map for {sample_type.class_name}:")
@@ -246,10 +244,7 @@ def prepare_command(
         raise PrepError("--num-workers must be at least 1.")
 
     if tar_index_only:
-        check_dataset_root(path)
-        shards = exclude_shards(indexed_shards(path), exclude)
-        if not shards:
-            raise PrepError(f"No shards left to index in {path} after --exclude {exclude!r}.")
+        shards = reindexed_shards(path, exclude)
         split = None
     else:
         check_dataset_root(path)
