@@ -234,11 +234,17 @@ class HeaderWalker:
             candidates = local + first
             # The block after a PAX header holds its records (it may start the next window).
             following = np.minimum(candidates + 1, whole - 1)
-            pax = headers[:, 156] == PAX_EXTENDED
-            records = blocks[following[pax]].tobytes()
-            pax_matters = any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER)
-            if pax_matters or (headers[:, 124] & 0x80).any():  # base-256 sizes: leave to the walk
+            if (headers[:, 124] & 0x80).any():  # base-256 sizes: leave to the walk
                 return None
+            pax = headers[:, 156] == PAX_EXTENDED
+            if pax.any():
+                # Only the records' bytes are searched, not the zero padding of their blocks.
+                width = int(_octal_fields(headers[pax, 124:136]).max())
+                if width > BLOCK:
+                    return None
+                records = blocks[following[pax], :width].tobytes()
+                if any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER):
+                    return None
             for row in np.flatnonzero(headers[:, 345]):  # ustar prefixes are rare: keep them aside
                 prefixes[int(candidates[row])] = bytes(headers[row, 345:500]).split(b"\0", 1)[0]
             found.append((
