@@ -37,6 +37,17 @@ class FinishedShard:
     rows_path: Path
 
 
+@dataclass
+class ShardSlot:
+    """A shard reserved for writing elsewhere: its name and where the shard and its index files go."""
+
+    shard: str
+    path: Path
+    tar_index_path: Path
+    rows_path: Path
+    split: str
+
+
 class DatasetBuild:
     """Shards, `.tar.idx` files and `.nv-meta` of one dataset under `root`, staged until `commit`."""
 
@@ -54,6 +65,8 @@ class DatasetBuild:
         self.staged_shards: list[tuple[Path, Path]] = []
         self.finished: list[FinishedShard] = []
         self.writers: dict[str, ShardWriter] = {}
+        #: Rows images named so far (shards written here and shards reserved for writing elsewhere).
+        self.rows_files = 0
 
     def temp_name(self, final: Path) -> Path:
         """Where a shard is written until commit: beside its final place, hidden by a temporary suffix."""
@@ -83,9 +96,33 @@ class DatasetBuild:
         index = written.index
         with open(self.staging.tar_index_file(written.shard), "wb") as file:
             file.write(tar_index_bytes(index.offsets))
-        rows_path = self.staging.meta_file(f"rows-{len(self.finished)}.sqlite.tmp")
+        rows_path = self._rows_path()
         rows_path.write_bytes(shard_rows_database(index))
         self.finished.append(FinishedShard(written.shard, split, index.count, written.bytes, rows_path))
+
+    def _rows_path(self) -> Path:
+        self.rows_files += 1
+        return self.staging.meta_file(f"rows-{self.rows_files - 1}.sqlite.tmp")
+
+    def reserve_shard(self, split: str) -> ShardSlot:
+        """Name the next shard of `split` for a writer elsewhere (another process): where it and its index go.
+
+        The caller writes the shard to `slot.path`, its `.tar.idx` and its rows image, then hands it back
+        with `adopt`. Shards reserved this way and written by `writer(split)` share one numbering."""
+        writer = self.writer(split)
+        writer.finish_shard()
+        shard, final = writer.next_shard()
+        return ShardSlot(
+            shard,
+            self.temp_name(final),
+            self.staging.tar_index_file(shard),
+            self._rows_path(),
+            split,
+        )
+
+    def adopt(self, slot: ShardSlot, count: int, nbytes: int) -> None:
+        """Take in a reserved shard that has been written with its index files; `nbytes` is its tar size."""
+        self.finished.append(FinishedShard(slot.shard, slot.split, count, nbytes, slot.rows_path))
 
     def finish(self, split_names: list[str], dataset_yaml: str | None, extra_meta: dict[str, str] | None = None) -> None:
         """Close every shard and write the index into the staging area (nothing is in place yet)."""

@@ -47,15 +47,18 @@ class HeaderMaker:
     def __init__(self, mtime: int = 0) -> None:
         self.template = bytes(_template(mtime))
         self.base_checksum = sum(self.template) - sum(self.template[124:136])
+        template = self.template
+        self._modes, self._mtime, self._middle, self._tail = (
+            template[100:124], template[136:148], template[157:345], template[500:]
+        )
 
     def ustar(self, name: bytes, size: int, prefix: bytes = b"", typeflag: bytes = b"0") -> bytes:
         """One header block; `name` fits 100 bytes, `prefix` 155, `size` an octal field."""
         size_field = b"%011o\0" % size
         checksum = self.base_checksum + sum(name) + sum(size_field) + sum(prefix) + typeflag[0] - 48
-        template = self.template
         return b"".join((
-            name, bytes(100 - len(name)), template[100:124], size_field, template[136:148],
-            b"%06o\0 " % checksum, typeflag, template[157:345], prefix, bytes(155 - len(prefix)), template[500:],
+            name, bytes(100 - len(name)), self._modes, size_field, self._mtime,
+            b"%06o\0 " % checksum, typeflag, self._middle, prefix, bytes(155 - len(prefix)), self._tail,
         ))
 
     def member(self, name: str, size: int) -> bytes:
@@ -129,24 +132,31 @@ class ShardFile:
     def write(self, key: str, parts: list[tuple[str, bytes]]) -> int:
         """Append one sample (its parts in order, named `key.part`); returns the bytes written."""
         index = self.index
-        sample_index = len(index.samples)
+        samples = index.samples
+        sample_index = len(samples)
         start = pos = self.pos
-        write = self.file.write
         member = self.headers.member
         rows = index.parts
+        part_names = index.part_names
+        pieces = []
         for part, data in parts:
-            header = member(f"{key}.{part}", len(data))
-            write(header)
+            size = len(data)
+            header = member(f"{key}.{part}", size)
             pos += len(header)
-            rows.append((0, sample_index, part, pos, len(data)))
-            write(data)
-            padding = -len(data) % BLOCK
-            if padding:
-                write(ZERO_PADDING[:padding])
-            pos += len(data) + padding
-            if len(index.part_names) < 50:
-                index.part_names.add(part)
-        index.samples.append((0, key, sample_index, start, pos - start))
+            rows.append((0, sample_index, part, pos, size))
+            padding = -size % BLOCK
+            if size < 1 << 16:
+                pieces += (header, data, ZERO_PADDING[:padding])
+            else:  # a large part goes out as it is, not copied into the joined buffer
+                pieces.append(header)
+                self.file.write(b"".join(pieces))
+                self.file.write(data)
+                pieces = [ZERO_PADDING[:padding]]
+            pos += size + padding
+            if part not in part_names and len(part_names) < 50:
+                part_names.add(part)
+        self.file.write(b"".join(pieces))
+        samples.append((0, key, sample_index, start, pos - start))
         index.offsets.append(start)
         self.pos = pos
         return pos - start
@@ -208,12 +218,17 @@ class ShardWriter:
         self.current: ShardFile | None = None
         self.written: list[WrittenShard] = []
 
-    def _open(self) -> ShardFile:
+    def next_shard(self) -> tuple[str, Path]:
+        """The next shard in the sequence: its name under the dataset root and its final path (folder made)."""
         name = self.pattern % self.number
         self.number += 1
         final = self.folder / name
         final.parent.mkdir(parents=True, exist_ok=True)
-        return ShardFile(self.temp_name(final), self.prefix + name, self.headers)
+        return self.prefix + name, final
+
+    def _open(self) -> ShardFile:
+        shard, final = self.next_shard()
+        return ShardFile(self.temp_name(final), shard, self.headers)
 
     def write(self, key: str, parts: list[tuple[str, bytes]], same_shard: bool = False) -> int:
         """Write one sample, opening a new shard first if this one is full; returns the bytes written.

@@ -14,8 +14,10 @@ Nothing is in place until everything is written.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,9 +35,11 @@ from prep.dataset_yaml import (
 )
 from prep.errors import PrepError
 from prep.index_format import META_DIR, SAMPLE_LOADER_PY, split_member_name
+from prep.jsonl_shards import ShardJob, plan_shards, write_planned_shard
 from prep.part_encoders import MEDIA_EXTENSIONS, EncodeError, encoder_for, extension
 from prep.sample_split import GroupSpool, split_for
-from prep.shard_writer import sample_tar_bytes
+from prep.shard_writer import BLOCK, sample_tar_bytes
+from prep.source_jsonl import JsonlSource
 from prep.sources import DictSource, Record, Reject, Source
 from prep.split import parse_split_ratio
 
@@ -459,6 +463,12 @@ def _write_records(
     media = o["media"]
     keys = run.keys
     generated = 0
+    plain = key_column is None and group_by is None and ratio is None and not media and run.spool is None
+    if plain and o["parts"] is None and o["on_error"] == "stop" and len(sources) == 1:
+        if type(sources[0]) is JsonlSource and _write_jsonl_in_parallel(run, sources[0], progress, started):
+            if progress is not None:
+                progress(WriteProgress(run.samples, run.bytes, run.rejects, time.perf_counter() - started))
+            return
     for source in sources:
         for record in source.records():
             if type(record) is Reject:
@@ -516,6 +526,60 @@ def _write_records(
                 progress(WriteProgress(run.samples, run.bytes, run.rejects, time.perf_counter() - started))
     if progress is not None:
         progress(WriteProgress(run.samples, run.bytes, run.rejects, time.perf_counter() - started))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def _write_jsonl_in_parallel(
+    run: _Run, source: JsonlSource, progress: Callable[[WriteProgress], None] | None, started: float
+) -> bool:
+    """Write a plain JSONL source's shards in worker processes (`prep.jsonl_shards`); False when not worth it.
+
+    Only for the plain case with on_error=stop: generated keys, the default `json` part, one split. The
+    shards, keys and index are those the single-process loop writes; the first bad line stops the run."""
+    cores = _cores()
+    if cores < 2:
+        return False
+    plans = plan_shards(source.path, run.o["maxcount"], run.o["maxsize"])
+    if plans is None or len(plans) < 2:
+        return False
+    build = run.primary
+    slots = [build.reserve_shard("train") for _ in plans]
+    jobs = [
+        ShardJob(source.path, source.name, plan, slot.shard, slot.path, slot.tar_index_path, slot.rows_path, build.headers)
+        for plan, slot in zip(plans, slots, strict=True)
+    ]
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    pool = context.Pool(min(cores, len(jobs)), initializer=_quiet_worker)
+    finished = False
+    try:
+        for slot, done in zip(slots, pool.imap(write_planned_shard, jobs), strict=True):
+            if done.reject is not None:
+                run.reject(done.reject.where, done.reject.reason, done.reject.input)  # stops the run
+            build.adopt(slot, done.count, done.nbytes)
+            run.samples += done.count
+            run.bytes += done.nbytes - 2 * BLOCK
+            if progress is not None:
+                progress(WriteProgress(run.samples, run.bytes, run.rejects, time.perf_counter() - started))
+        finished = True
+    finally:
+        if not finished:
+            pool.terminate()  # on an error, no worker may still be writing when the run cleans up
+        pool.close()
+        pool.join()
+    return True
+
+
+def _quiet_worker() -> None:
+    """Workers leave interrupts to the main process, which stops them; SIGTERM ends them at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _show(record: Record) -> str:
