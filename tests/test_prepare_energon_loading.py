@@ -108,3 +108,12 @@ def test_sample_loader_template_is_valid_python_energon_loads(tmp_path: Path) ->
     loader_file.write_text(template.replace('raw["TODO"]', 'raw["txt"]'))
     loaded = [(s.__key__, s.text) for s in load_all(tmp_path)]
     assert loaded == tar_texts(tmp_path, shards)
+
+
+def test_dataset_with_an_empty_shard_loads(tmp_path: Path) -> None:
+    """An empty tar is indexed with a count of 0 (energon prepare stops on it); energon's loader copes."""
+    shards = make_text_dataset(tmp_path)
+    write_tarfile(tmp_path / "a" / "002-empty.tar", [])
+    prepare(tmp_path, "--sample-type", "TextSample", "--field-map", '{"text": "txt"}')
+    loaded = [(sample.__key__, sample.text) for sample in load_all(tmp_path)]
+    assert loaded == tar_texts(tmp_path, shards)
