@@ -58,15 +58,6 @@ SECONDARY_INDEXES = (
     "(tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size)",
 )
 
-INSERT_SAMPLE = (
-    "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) VALUES (?, ?, ?, ?, ?)"
-)
-INSERT_PART = (
-    "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size)"
-    " VALUES (?, ?, ?, ?, ?)"
-)
-
-
 def tar_index_name(shard_name: str) -> str:
     """The `.tar.idx` file name energon expects beside a shard.
 

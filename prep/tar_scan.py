@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,9 +40,8 @@ SMALL_MEMBER_STRIDE = 4 * 1024
 _REGULAR_CODES = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
 _NO_DATA_TYPES = np.array(sorted(KNOWN_NON_REGULAR), dtype=np.uint8)
 _FAST_TYPES = np.array(sorted(REGULAR_TYPES | KNOWN_NON_REGULAR | {PAX_EXTENDED}), dtype=np.uint8)
+#: PAX keywords that change what is indexed (the rest, e.g. webdataset's float mtime, are skipped unparsed).
 _PAX_KEYWORDS_THAT_MATTER = (b" path=", b" size=", b" GNU.sparse", b" hdrcharset=")
-#: PAX records that change what is indexed (the rest, e.g. webdataset's float mtime, are skipped unparsed).
-_PAX_MATTERS = re.compile(rb"\d+ (?:path|size|GNU\.sparse[^=]*|hdrcharset)=")
 
 COMPRESSED_MAGIC = {
     b"\x1f\x8b": "gzip",
@@ -57,16 +55,6 @@ NOT_UTF8 = (
     " Rename the member with a UTF-8 name."
 )
 REWRITE_ADVICE = "Re-create or re-download the shard; shardprep never modifies tars."
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One regular file in a shard: where its first header starts, where its data starts, how long it is."""
-
-    name: str
-    offset: int
-    offset_data: int
-    size: int
 
 
 def _block_ceil(size: int) -> int:
@@ -140,6 +128,16 @@ def check_not_compressed(shard: str, head: bytes) -> None:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One regular file in a shard: where its first header starts, where its data starts, how long it is."""
+
+    name: str
+    offset: int
+    offset_data: int
+    size: int
+
+
 class HeaderWalker:
     """Walks the headers of one memory-mapped shard; `members()` yields its regular files in order.
 
@@ -178,7 +176,7 @@ class HeaderWalker:
         )
 
     def members(self) -> Iterator[Member]:
-        """The shard's regular members in order (after `scan()`'s fast walk)."""
+        """The shard's regular members in order, one object each (for readers that want them so)."""
         names, starts, data_offsets, sizes = self.scan()
         for name, start, offset_data, size in zip(names, starts, data_offsets, sizes, strict=True):
             yield Member(name, start, offset_data, size)
@@ -243,7 +241,7 @@ class HeaderWalker:
                 if width > BLOCK:
                     return None
                 records = blocks[following[pax], :width].tobytes()
-                if any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER):
+                if _pax_may_change_index(records):
                     return None
             for row in np.flatnonzero(headers[:, 345]):  # ustar prefixes are rare: keep them aside
                 prefixes[int(candidates[row])] = bytes(headers[row, 345:500]).split(b"\0", 1)[0]
@@ -407,7 +405,7 @@ class HeaderWalker:
                         long_name = _text(data)
                     except UnicodeDecodeError:
                         raise self._fail(pos, NOT_UTF8) from None
-                elif typeflag != GNU_LONGLINK and _PAX_MATTERS.search(data):
+                elif typeflag != GNU_LONGLINK and _pax_may_change_index(data):
                     records = self._pax_records(pos, data)
                     if typeflag == PAX_GLOBAL:
                         global_pax.update(records)
@@ -507,6 +505,11 @@ class HeaderWalker:
             raise self._corrupt(corrupt)
 
 
+def _pax_may_change_index(records: bytes) -> bool:
+    """Whether PAX records may rename or resize a member (then they are parsed; otherwise skipped)."""
+    return any(keyword in records for keyword in _PAX_KEYWORDS_THAT_MATTER)
+
+
 def _checksums_differ(headers: np.ndarray) -> np.ndarray:
     """Which headers' unsigned byte sums disagree with their stored checksum (to be re-checked exactly).
 
@@ -556,16 +559,3 @@ def open_shard(path: str, shard: str) -> mmap.mmap | bytes:
         return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-
-
-def scan_members(path: str, shard: str) -> tuple[list[Member], int]:
-    """All regular members of a shard and the offset where its end-of-archive marker starts.
-
-    Convenience for tools and tests; the indexer streams `HeaderWalker.members()` instead.
-    """
-    buffer = open_shard(path, shard)
-    check_not_compressed(shard, buffer[:BLOCK])
-    walker = HeaderWalker(shard, buffer)
-    members = list(walker.members())
-    walker.verify_checksums()
-    return members, walker.end
