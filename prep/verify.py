@@ -25,6 +25,7 @@ from prep.index_format import DATASET_YAML, INDEX_UUID, SPLIT_YAML
 from prep.part_decode import content_problem
 from prep.shard_index import index_shard
 from prep.tar_scan import BLOCK, HeaderWalker
+from prep.verify_columns import TextColumn, member_name_fields, read_columns
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
@@ -34,6 +35,10 @@ MAX_EXAMPLES = 3
 TAIL_CHUNK = 1 << 20
 REGULAR_TYPEFLAGS = np.frombuffer(b"0\x007", dtype=np.uint8)
 CHECKSUM_COLUMNS = np.concatenate([np.arange(0, 148), np.arange(156, BLOCK)])
+#: Headers gathered and checked at a time (bounds the copies: 16 MB of headers).
+CHUNK = 32768
+#: The ustar name field: member names that fit are compared in bulk, longer ones walked exactly.
+NAME_FIELD = 100
 
 
 @dataclass(frozen=True)
@@ -88,14 +93,23 @@ def _blocks(buffer: np.ndarray) -> np.ndarray:
 def _headers_ok(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """For each header offset, whether its stored checksum matches the header's bytes."""
     ok = np.empty(len(offsets), dtype=bool)
-    for start in range(0, len(offsets), 8192):
-        chunk = offsets[start : start + 8192]
+    for start in range(0, len(offsets), CHUNK):
+        chunk = offsets[start : start + CHUNK]
         headers = _blocks(buffer)[chunk // BLOCK]  # tar headers sit on 512-byte boundaries: gather rows
-        unsigned = headers[:, CHECKSUM_COLUMNS].sum(axis=1, dtype=np.int64) + 8 * 0x20
-        stored, parsed = _octal_fields(headers[:, 148:156])
-        signed = unsigned - 256 * (headers[:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
+        field = headers[:, 148:156]
+        unsigned = (
+            headers.sum(axis=1, dtype=np.uint32).astype(np.int64)
+            - field.sum(axis=1, dtype=np.int64)
+            + 8 * 0x20  # the checksum is computed with its own field as spaces
+        )
+        stored, parsed = _octal_fields(field)
         aligned = chunk % BLOCK == 0  # every tar header starts on a block boundary
-        ok[start : start + 8192] = aligned & parsed & ((stored == unsigned) | (stored == signed))
+        good = aligned & parsed & (stored == unsigned)
+        retry = np.flatnonzero(aligned & parsed & ~good)  # some old tars sum signed bytes
+        if retry.size:
+            signed = unsigned[retry] - 256 * (headers[retry][:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
+            good[retry] = stored[retry] == signed
+        ok[start : start + CHUNK] = good
     return ok
 
 
@@ -125,37 +139,45 @@ class _ShardChecker:
                 )
 
 
-def _load_sqlite(dataset: PreparedDataset) -> tuple[dict, dict]:
-    """Samples and parts from sqlite, grouped by tar_file_id, as numpy arrays (plus keys and part names)."""
+def _load_sqlite(dataset: PreparedDataset, deep: bool) -> tuple[dict, dict]:
+    """Samples and parts from sqlite, grouped by tar_file_id, as numpy arrays (plus keys and part names).
+
+    The samples' byte sizes are read only for the deep check, the one that compares them.
+    """
     db = dataset.db()
-    samples: dict[int, dict] = {}
-    rows = db.execute(
-        "SELECT tar_file_id, sample_index, byte_offset, byte_size, sample_key FROM samples"
-        " ORDER BY tar_file_id, sample_index"
-    ).fetchall()
-    samples = _group(rows, ("index", "offset", "size"), "key")
-    rows = db.execute(
-        "SELECT tar_file_id, sample_index, content_byte_offset, content_byte_size, part_name FROM sample_parts"
-        " ORDER BY tar_file_id, sample_index, content_byte_offset"
-    ).fetchall()
-    parts = _group(rows, ("index", "offset", "size"), "name")
+    columns = {"tar": "tar_file_id", "index": "sample_index", "offset": "byte_offset"}
+    if deep:
+        columns["size"] = "byte_size"
+    samples = _group(*read_columns(db, "samples", columns, "sample_key"), "key")
+    columns = {"tar": "tar_file_id", "index": "sample_index", "offset": "content_byte_offset"}
+    columns["size"] = "content_byte_size"
+    parts = _group(*read_columns(db, "sample_parts", columns, "part_name"), "name")
     return samples, parts
 
 
-def _group(rows: list[tuple], numeric: tuple[str, ...], text: str) -> dict[int, dict]:
-    """Rows (tar_file_id, three integers, text) as {tar_file_id: {column: array or list}}."""
-    if not rows:
+def _group(columns: dict[str, np.ndarray], text: TextColumn, text_name: str) -> dict[int, dict]:
+    """Rows sorted by (tar, index, offset) and grouped by tar: {tar_file_id: {column: array, text_name: text}}."""
+    order = [columns["tar"], columns["index"], columns["offset"]]
+    if not len(order[0]):
         return {}
-    tar = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-    columns = [np.fromiter((row[i] or 0 for row in rows), dtype=np.int64, count=len(rows)) for i in (1, 2, 3)]
-    texts = [row[4] for row in rows]
+    in_order = np.ones(len(order[0]) - 1, dtype=bool)
+    tied = np.ones(len(order[0]) - 1, dtype=bool)
+    for column in order:  # lexicographic "each row <= the next", one column at a time
+        step = np.diff(column)
+        in_order &= ~tied | (step >= 0)
+        tied &= step == 0
+    if not in_order.all():  # rows stored out of order (neither shardprep nor energon does that): sort them
+        permutation = np.lexsort(order[::-1])
+        columns = {name: column[permutation] for name, column in columns.items()}
+        text = text.take(permutation)
+    tar = columns.pop("tar")
     bounds = np.flatnonzero(np.diff(tar)) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.concatenate([bounds, [len(rows)]])
+    starts = np.concatenate([[0], bounds]).tolist()
+    ends = np.concatenate([bounds, [len(tar)]]).tolist()
     grouped = {}
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=False):
-        group = {name: column[start:end] for name, column in zip(numeric, columns, strict=False)}
-        group[text] = texts[start:end]
+    for start, end in zip(starts, ends, strict=True):
+        group = {name: column[start:end] for name, column in columns.items()}
+        group[text_name] = text.take(slice(start, end))
         grouped[int(tar[start])] = group
     return grouped
 
@@ -188,8 +210,13 @@ def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bo
     return True
 
 
-def _check_parts(checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, end: int) -> None:
-    """Every indexed part offset holds a valid header of the named member with the indexed size."""
+def _check_parts(
+    checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, end: int, start_ok: np.ndarray
+) -> None:
+    """Every indexed part offset holds a valid header of the named member with the indexed size.
+
+    `start_ok` says for each sample whether the header at its start offset has a valid checksum.
+    """
     file_size = len(buffer)
     sample_starts = samples["offset"]
     sample_ends = np.append(sample_starts[1:], end)
@@ -214,26 +241,27 @@ def _check_parts(checker: _ShardChecker, buffer: np.ndarray, samples: dict, part
     if check.size == 0:
         return
     offsets = header_at[check]
-    valid = _headers_ok(buffer, offsets)
-    mismatched_samples: set[int] = set()
-    for chunk_start in range(0, len(check), 8192):
-        rows = check[chunk_start : chunk_start + 8192]
-        headers = _blocks(buffer)[offsets[chunk_start : chunk_start + 8192] // BLOCK]
+    # most part headers are also sample headers (the first part of each sample), already checked
+    at_start = np.minimum(np.searchsorted(sample_starts, offsets), len(sample_starts) - 1)
+    is_start = sample_starts[at_start] == offsets
+    valid = np.empty(len(offsets), dtype=bool)
+    valid[is_start] = start_ok[at_start[is_start]]
+    valid[~is_start] = _headers_ok(buffer, offsets[~is_start])
+    mismatched = []
+    for chunk_start in range(0, len(check), CHUNK):
+        rows = check[chunk_start : chunk_start + CHUNK]
+        headers = _blocks(buffer)[offsets[chunk_start : chunk_start + CHUNK] // BLOCK]
         sizes, sizes_ok = _octal_fields(headers[:, 124:136])
         typeflag_ok = np.isin(headers[:, 156], REGULAR_TYPEFLAGS)
-        expected = b"".join(
-            f"{samples['key'][int(where[row])]}.{parts['name'][row]}".encode().ljust(100, b"\0")[:100]
-            for row in rows.tolist()
-        )
-        names = np.frombuffer(expected, dtype=np.uint8).reshape(-1, 100)
-        name_ok = (headers[:, :100] == names).all(axis=1) & (headers[:, 345] == 0)
+        names = member_name_fields(samples["key"].take(where[rows]), parts["name"].take(rows), NAME_FIELD)
+        name_ok = (headers[:, :NAME_FIELD] == names).all(axis=1) & (headers[:, 345] == 0)  # no ustar prefix
         good = (
-            valid[chunk_start : chunk_start + 8192] & typeflag_ok & sizes_ok & (sizes == parts["size"][rows])
+            valid[chunk_start : chunk_start + CHUNK] & typeflag_ok & sizes_ok & (sizes == parts["size"][rows])
         )
         good &= name_ok
-        for position in np.flatnonzero(~good).tolist():
-            mismatched_samples.add(int(where[rows[position]]))
-    for sample in sorted(mismatched_samples):
+        mismatched.append(where[rows[~good]])
+    # long names (PAX, GNU) and damage: walk those samples' headers exactly
+    for sample in np.unique(np.concatenate(mismatched)).tolist():
         _check_sample_exactly(checker, buffer, samples, parts, sample, int(sample_ends[sample]))
 
 
@@ -402,19 +430,16 @@ def _check_shard(
             buffer = np.frombuffer(mapped, dtype=np.uint8)
             starts = offsets[:-1]
             readable = starts + BLOCK <= file_size
-            bad_sample_headers = np.flatnonzero(~readable)
-            good_starts = starts[readable]
-            if good_starts.size:
-                ok = _headers_ok(buffer, good_starts)
-                bad_sample_headers = np.concatenate([bad_sample_headers, np.flatnonzero(readable)[~ok]])
-            for sample in np.sort(bad_sample_headers)[:MAX_EXAMPLES].tolist():
+            start_ok = np.zeros(len(starts), dtype=bool)
+            start_ok[readable] = _headers_ok(buffer, starts[readable])
+            for sample in np.flatnonzero(~start_ok)[:MAX_EXAMPLES].tolist():
                 checker.problem(
                     f"sample {samples['key'][sample]!r}: byte {int(starts[sample]):,}, where the index says it"
                     " starts, does not hold a valid tar header.",
                     RESTORE,
                     kind="bad sample headers",
                 )
-            _check_parts(checker, buffer, samples, parts, end)
+            _check_parts(checker, buffer, samples, parts, end, start_ok)
             if deep:
                 _deep_check_shard(checker, dataset, buffer, samples, parts, tar_file_id)
             del buffer
@@ -467,7 +492,7 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                     )
                 )
         try:
-            samples, parts = _load_sqlite(dataset)
+            samples, parts = _load_sqlite(dataset, deep)
         except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
             report.problems.append(
                 Problem(".nv-meta/index.sqlite", f"cannot be read: {error}", REPREPARE.format(root=root_text))
