@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import tarfile
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from prep import verify_columns
 from prep.verify import verify_dataset
+from prep.verify_columns import TextColumn, member_name_fields
 from tests.inspect_datasets import PREPARERS, prepared_dataset, run_shardprep, writable_copy
 
 
@@ -138,3 +143,70 @@ def test_folder_that_is_not_a_prepared_dataset_gets_one_clear_error(tmp_path):
     result = run_shardprep("verify", str(tmp_path))
     assert result.returncode == 1
     assert "not a prepared dataset" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_member_name_fields_hold_what_tarfile_writes_in_each_header_name_field():
+    keys = ["a", "s0_001", "folder/inner", "ü" * 20, "k" * 98, "k" * 99, "k" * 100, "k" * 130]
+    parts = ["json", "txt", "seg.0.json", "png", "x", "y", "z", "npy"]
+    fields = member_name_fields(
+        TextColumn.from_joined("\0".join(keys), len(keys)),
+        TextColumn.from_joined("\0".join(parts), len(parts)),
+    )
+    for row, (key, part) in enumerate(zip(keys, parts, strict=True)):
+        blocks = tarfile.TarInfo(f"{key}.{part}").tobuf(format=tarfile.GNU_FORMAT)
+        member_header = blocks[-tarfile.BLOCKSIZE :]  # after any long-name header
+        assert fields[row].tobytes() == member_header[:100], (key, part)
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_bulk_column_read_returns_every_sqlite_row_in_any_chunk_size(base, preparer, monkeypatch):
+    database = prepared_dataset(base, preparer) / ".nv-meta" / "index.sqlite"
+    with closing(sqlite3.connect(database)) as db:
+        rows = db.execute(
+            "SELECT tar_file_id, sample_index, content_byte_offset, part_name FROM sample_parts ORDER BY rowid"
+        ).fetchall()
+        for chunk_rows in (1, 7, len(rows), len(rows) + 1):
+            monkeypatch.setattr(verify_columns, "CHUNK_ROWS", chunk_rows)
+            columns, names = verify_columns.read_columns(
+                db,
+                "sample_parts",
+                {"tar": "tar_file_id", "index": "sample_index", "offset": "content_byte_offset"},
+                "part_name",
+            )
+            read = list(
+                zip(*(columns[name].tolist() for name in ("tar", "index", "offset")), names, strict=True)
+            )
+            assert read == rows
+
+
+def test_index_with_rows_stored_out_of_order_is_healthy_and_still_checked(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        for table in ("samples", "sample_parts"):
+            rows = db.execute(f"SELECT * FROM {table}").fetchall()
+            db.execute(f"DELETE FROM {table}")
+            marks = ", ".join("?" * len(rows[0]))
+            db.executemany(f"INSERT INTO {table} VALUES ({marks})", reversed(rows))
+        db.commit()
+    report = verify_dataset(dataset, deep=True)
+    assert report.healthy, report.problems
+    assert report.samples == 28
+    shard = dataset / "shard-001.tar"
+    data = bytearray(shard.read_bytes())
+    data[data.index(b"s1_003.png") + 3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert "s1_003" in problems_of(dataset)[0].what
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_part_renamed_in_sqlite_but_not_in_the_shard_is_reported(base, tmp_path, preparer):
+    dataset = damaged(base, tmp_path, preparer)
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        db.execute(
+            "UPDATE sample_parts SET part_name = 'jpg' WHERE part_name = 'png' AND sample_index = 4"
+            " AND tar_file_id = (SELECT tar_file_id FROM samples WHERE sample_key = 's2_004')"
+        )
+        db.commit()
+    problems = problems_of(dataset)
+    assert problems[0].where == "shard-002.tar"
+    assert "s2_004.jpg" in problems[0].what and "does not hold the members" in problems[0].what
