@@ -9,6 +9,7 @@ shard than it asked for. It never writes anything.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -110,6 +111,7 @@ class PreparedDataset:
         self._pool_lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
+        self._nowait_reads = hasattr(os, "RWF_NOWAIT")
 
     # -- metadata ---------------------------------------------------------------------------------
     def _load_shard_counts(self) -> dict[str, int]:
@@ -182,7 +184,8 @@ class PreparedDataset:
     def sqlite_path(self) -> Path:
         return self.meta / INDEX_SQLITE
 
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
+        """A new read-only connection to `index.sqlite`, owned by the caller (one per thread)."""
         if not self.sqlite_path.exists():
             raise PrepError(f"{self.root} has no {META_DIR}/{INDEX_SQLITE}. {RERUN_PREPARE}")
         # immutable: no locks or change checks per query (each costs syscalls); a mount serves a snapshot
@@ -201,7 +204,7 @@ class PreparedDataset:
     def db(self) -> sqlite3.Connection:
         """A read-only connection to `index.sqlite` for single-threaded use (info, verify)."""
         if self._db is None:
-            self._db = self._connect()
+            self._db = self.connect()
         return self._db
 
     @contextmanager
@@ -210,7 +213,7 @@ class PreparedDataset:
         with self._pool_lock:
             connection = self._pool.pop() if self._pool else None
         if connection is None:
-            connection = self._connect()
+            connection = self.connect()
         try:
             yield connection
         finally:
@@ -279,20 +282,49 @@ class PreparedDataset:
                     self._fds[tar_file_id] = fd
         return fd
 
+    def _range(self, location: PartLocation, offset: int, size: int | None) -> tuple[int, int]:
+        """The shard offset and length of bytes `offset .. offset+size` of a part, clipped to the part."""
+        available = max(location.size - offset, 0)
+        return location.offset + offset, available if size is None else min(size, available)
+
     def read_part(self, location: PartLocation, offset: int = 0, size: int | None = None) -> bytes:
         """Bytes `offset .. offset+size` of a part (all of it by default), read with one `pread`."""
-        if offset >= location.size:
+        start, size = self._range(location, offset, size)
+        if size == 0:
             return b""
-        available = location.size - offset
-        size = available if size is None else min(size, available)
         fd = self._fd(location.tar_file_id)
-        data = os.pread(fd, size, location.offset + offset)
+        data = os.pread(fd, size, start)
         while len(data) < size:  # pread may return short on some filesystems; EOF means a truncated shard
-            more = os.pread(fd, size - len(data), location.offset + offset + len(data))
+            more = os.pread(fd, size - len(data), start + len(data))
             if not more:
                 raise OSError(f"{self.shards[location.tar_file_id]} ends inside a part (truncated shard)")
             data += more
         return data
+
+    def read_part_cached(self, location: PartLocation, offset: int = 0, size: int | None = None) -> memoryview:
+        """Like `read_part`, but only from the page cache: BlockingIOError if the disk would be needed.
+
+        A server answering many clients from one thread reads this way and hands the reads that would
+        wait to threads that may. On filesystems that cannot tell, every call raises BlockingIOError.
+        """
+        start, size = self._range(location, offset, size)
+        if not self._nowait_reads:
+            raise BlockingIOError(errno.EAGAIN, "this filesystem cannot tell whether a read would wait")
+        buffer = bytearray(size)
+        if size == 0:
+            return memoryview(buffer)
+        try:
+            got = os.preadv(self._fd(location.tar_file_id), [buffer], start, os.RWF_NOWAIT)
+        except BlockingIOError:
+            raise
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            self._nowait_reads = False
+            raise BlockingIOError(errno.EAGAIN, "this filesystem cannot tell whether a read would wait") from None
+        if got < size:  # partly cached, or the shard ends early: the waiting read sorts out which
+            raise BlockingIOError(errno.EAGAIN, "part of the range is not in the page cache")
+        return memoryview(buffer)
 
     def close(self) -> None:
         with self._fd_lock:

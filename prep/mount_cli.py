@@ -1,9 +1,8 @@
 """`shardprep mount` and `shardprep umount`: the command-line shells over prep.mount.
 
-In the background (the default) the command starts a child serving the mount in the foreground, waits
-until the child says the mount is live (or relays why it failed), prints one "mounted at" line and
-returns; so errors reach the terminal and the exit status, which a libfuse self-daemonising parent
-cannot give.
+The mount is made by this process in either mode, so a refusal (no FUSE, a busy mount point) reaches
+the terminal and the exit status. In the background (the default) a forked child serves it and this
+command prints one "mounted at" line and returns.
 """
 
 from __future__ import annotations
@@ -33,28 +32,6 @@ def _check_mountpoint(mountpoint: Path) -> None:
     mountpoint.mkdir(parents=True, exist_ok=True)
 
 
-def _mount_in_background(argv: list[str], mountpoint: Path) -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "prep", *argv, "--foreground", "--detached-child"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        text=True,
-    )
-    assert child.stdout is not None
-    output: list[str] = []
-    for line in child.stdout:
-        if line.startswith(READY_PREFIX):
-            child.stdout.close()
-            click.echo(f"{line.rstrip()} (pid {child.pid}); unmount with `shardprep umount {mountpoint}`.")
-            return
-        output.append(line)
-    status = child.wait()
-    message = "".join(output).strip().removeprefix("Error: ")
-    raise PrepError(message or f"The mount process exited with status {status} before the mount was ready.")
-
-
 @click.command("mount")
 @click.argument("dataset", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("mountpoint", type=click.Path(path_type=Path))
@@ -67,8 +44,7 @@ def _mount_in_background(argv: list[str], mountpoint: Path) -> None:
 )
 @click.option("--split", default=None, help="Show only the shards of this split (e.g. train).")
 @click.option("--foreground", "-f", is_flag=True, help="Serve in this process until Ctrl-C or umount.")
-@click.option("--debug", is_flag=True, help="Print libfuse's debug trace (implies --foreground).")
-@click.option("--detached-child", is_flag=True, hidden=True)
+@click.option("--debug", is_flag=True, help="Print each FUSE request to stderr (implies --foreground).")
 def mount_command(
     dataset: Path,
     mountpoint: Path,
@@ -76,41 +52,29 @@ def mount_command(
     split: str | None,
     foreground: bool,
     debug: bool,
-    detached_child: bool,
 ) -> None:
     """Mount a prepared DATASET read-only at MOUNTPOINT; each sample part appears as a file."""
     from prep.dataset_reader import PreparedDataset
-    from prep.mount import fuse_problem, serve
+    from prep.mount import fuse_problem, serve, serve_in_background
     from prep.mount_tree import MountTree, View
 
     problem = fuse_problem()
     if problem is not None:
         raise PrepError(f"Cannot mount: {problem}")
     dataset, mountpoint = dataset.absolute(), mountpoint.absolute()
-    prepared = PreparedDataset(dataset)
-    tree = MountTree(prepared, View(view), split)
+    tree = MountTree(PreparedDataset(dataset), View(view), split)
     _check_mountpoint(mountpoint)
     if not (foreground or debug):
-        argv = ["mount", str(dataset), str(mountpoint), "--view", view]
-        if split is not None:
-            argv += ["--split", split]
-        prepared.close()
-        _mount_in_background(argv, mountpoint)
+        pid = serve_in_background(tree, str(mountpoint))
+        click.echo(f"{READY_PREFIX}{mountpoint} (pid {pid}); unmount with `shardprep umount {mountpoint}`.")
         return
 
     def ready() -> None:
-        hint = "" if detached_child else " (Ctrl-C or `shardprep umount` to unmount)"
-        click.echo(f"{READY_PREFIX}{mountpoint}{hint}", nl=True)
+        click.echo(f"{READY_PREFIX}{mountpoint} (Ctrl-C or `shardprep umount` to unmount)")
         sys.stdout.flush()
-        if detached_child:  # the parent stops reading; nothing more may be written to its pipe
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            os.close(devnull)
 
-    serve(tree, str(mountpoint), debug=debug, on_ready=ready)
-    if not detached_child:
-        click.echo(f"unmounted {mountpoint}")
+    serve(tree, str(mountpoint), trace=debug, on_ready=ready)
+    click.echo(f"unmounted {mountpoint}")
 
 
 @click.command("umount")

@@ -1,4 +1,4 @@
-"""The directory trees a mounted dataset shows, answered from sqlite one path at a time.
+"""The folder trees a mounted dataset shows, answered from sqlite one node at a time.
 
 Three views of the same parts:
 
@@ -6,30 +6,70 @@ Three views of the same parts:
 - `sample`: a folder per sample, `/KEY/PART` (energon's `mount -s`);
 - `shard`: a folder per shard holding sample folders, `/SHARD.tar/KEY/PART`.
 
-Nothing here builds a table of all files: a lookup is one or two indexed sqlite queries, and a big
-listing is a cursor that can resume after any entry (its `cookie`), so listing a million parts needs
-the memory of one page of names. Names are made safe before they are shown: a key may hold `/` and
-could spell `..`, so every name is one path component in which `%`, `/` and NUL are percent-escaped
-and `.`, `..` and the empty name are escaped whole. This module does not import FUSE.
+The kernel names files by node id, so every node's id says what it is: the low two bits are its
+kind (folder, sample folder, part file) and the rest is a number that finds it again — a folder's
+position in the small table of shard folders, a sample's or a part's sqlite `rowid`. Nothing here
+builds a table of all files: a lookup is one indexed query, a listing is a page of rows after a
+cookie, so memory does not grow with the dataset. Names are made safe before they are shown: a key
+may hold `/` and could spell `..`, so every name is one path component in which `%`, `/` and NUL are
+percent-escaped, and `.`, `..` and the empty name are escaped whole. This module does not touch FUSE.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import sqlite3
+import threading
 from dataclasses import dataclass
 from enum import StrEnum
 
-from prep.dataset_reader import PartLocation, PreparedDataset, SampleRow
+from prep.dataset_reader import PartLocation, PreparedDataset
 from prep.errors import PrepError
 from prep.index_format import split_member_name
 
-#: Cookies 1 and 2 are `.` and `..`; entries of a resumable listing start at this cookie.
+#: Cookies 1 and 2 are `.` and `..`; a listing's own entries start at this cookie.
 FIRST_COOKIE = 3
+FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds; the listing queries below compute node ids in SQL
+ROOT = (0 << 2) | FOLDER  # the kernel's root node id is 1
+#: Part locations remembered between the lookup of a name and the reads of its file.
+LOCATION_CACHE_SIZE = 8192
 
 _ESCAPE = {"%": "%25", "/": "%2F", "\0": "%00"}
 _UNESCAPE_RE = re.compile(r"%(25|2F|00|2E)")
 _UNESCAPE = {"25": "%", "2F": "/", "00": "\0", "2E": "."}
+
+_PART_OF_KEY = (
+    "SELECT sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size FROM samples s"
+    " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
+    " WHERE s.sample_key = ? AND sp.part_name = ?{filter} LIMIT 1"
+)
+_PART_OF_SAMPLE = (
+    "SELECT sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size FROM samples s"
+    " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
+    " WHERE s.rowid = ? AND sp.part_name = ? LIMIT 1"
+)
+_PARTS_OF_SAMPLE = (
+    f"SELECT sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size FROM samples s"
+    " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
+    " WHERE s.rowid = ? ORDER BY sp.content_byte_offset"
+)
+_ALL_PARTS = (
+    f"SELECT s.sample_key || '.' || sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size,"
+    f" sp.rowid + {FIRST_COOKIE} FROM sample_parts sp"
+    " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
+    " WHERE sp.rowid > ?{filter} ORDER BY sp.rowid LIMIT ?"
+)
+_ALL_SAMPLES = (
+    f"SELECT sample_key, (rowid << 2) | {SAMPLE}, rowid + {FIRST_COOKIE} FROM samples"
+    " WHERE rowid > ?{filter} ORDER BY rowid LIMIT ?"
+)
+_SAMPLES_OF_SHARD = (
+    f"SELECT sample_key, (rowid << 2) | {SAMPLE}, sample_index + {FIRST_COOKIE} FROM samples"
+    " WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index LIMIT ?"
+)
+_PART_LOCATION = (
+    "SELECT tar_file_id, content_byte_offset, content_byte_size FROM sample_parts WHERE rowid = ?"
+)
 
 
 class View(StrEnum):
@@ -66,181 +106,225 @@ def unescape_name(name: str) -> str:
     return _UNESCAPE_RE.sub(lambda match: _UNESCAPE[match.group(1)], name)
 
 
+def node_id(kind: int, number: int) -> int:
+    """The node id of the `number`-th node of a kind (FOLDER, SAMPLE or PART).
+
+    >>> node_id(FOLDER, 0) == ROOT, node_id(PART, 5)
+    (True, 23)
+    """
+    return (number << 2) | kind
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
-    """What a path is: a folder, or a file with its part's location."""
+    """What a name leads to: a folder, or a part file of `size` bytes."""
 
+    id: int
     is_dir: bool
     size: int = 0
-    location: PartLocation | None = None
-
-
-DIR = Node(is_dir=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One name in a listing; `cookie` is 0 in a small listing served whole, else its resume point."""
+class Listing:
+    """A page of one folder's entries, all folders or all files (no view mixes them in one folder).
 
-    name: str
+    Each entry is `(shown name, node id, size, cookie)`, the cookie being where a listing resumes after
+    it; plain tuples, since a big folder lists hundreds of thousands of them.
+    """
+
     is_dir: bool
-    cookie: int
+    entries: list[tuple[str, int, int, int]]
 
 
 class MountTree:
-    """Resolves paths and lists folders of one view of a prepared dataset, optionally one split only."""
+    """Resolves names and lists folders of one view of a prepared dataset, optionally one split only.
+
+    Safe to use from several threads: each thread queries through its own read-only connection.
+    """
 
     def __init__(self, dataset: PreparedDataset, view: View = View.FLAT, split: str | None = None) -> None:
         self.dataset = dataset
         self.view = View(view)
         self.split = split
         shard_names = dataset.split_shards(split)
-        self.allowed: set[int] | None = None
+        self.allowed: frozenset[int] | None = None
+        sample_filter = ""
         if split is not None:
-            self.allowed = {dataset.tar_file_id(name) for name in shard_names}
-        # The shard view's folders: a small tree of shard paths (shards number thousands, not millions).
-        self._shard_dirs: dict[tuple[str, ...], dict[str, int | None]] = {(): {}}
-        for name in shard_names:
-            components = tuple(escape_name(component) for component in name.split("/"))
-            for depth in range(len(components)):
-                folder = self._shard_dirs.setdefault(components[:depth], {})
-                is_last = depth == len(components) - 1
-                folder[components[depth]] = dataset.tar_file_id(name) if is_last else None
-                if not is_last:
-                    self._shard_dirs.setdefault(components[: depth + 1], {})
-        self._id_filter = ""
-        if self.allowed is not None:
-            self._id_filter = " AND {column} IN (" + ",".join(str(i) for i in sorted(self.allowed)) + ")"
+            self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
+            sample_filter = " AND {}tar_file_id IN (" + ",".join(map(str, sorted(self.allowed))) + ")"
+        self._part_of_key = _PART_OF_KEY.format(filter=sample_filter.format("s."))
+        self._all_parts = _ALL_PARTS.format(filter=sample_filter.format("sp."))
+        self._all_samples = _ALL_SAMPLES.format(filter=sample_filter.format(""))
+        # The shard view's folders (shards number thousands, not millions): children by shown name, and
+        # for a shard's own folder the shard's tar_file_id. Folder 0 is the root.
+        self._folders: list[dict[str, int]] = [{}]
+        self._folder_shard: list[int | None] = [None]
+        if self.view is View.SHARD:
+            for name in shard_names:
+                self._add_shard_folder(name, dataset.tar_file_id(name))
+        self._local = threading.local()
+        # Plain dicts: single get/set calls are atomic, and a full cache is simply started afresh.
+        self._locations: dict[int, PartLocation] = {}
+        self._part_counts: dict[int, int] = {}
+        self._connections_lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+
+    def _add_shard_folder(self, shard: str, tar_file_id: int) -> None:
+        folder = 0
+        components = [escape_name(component) for component in shard.split("/")]
+        for depth, component in enumerate(components):
+            child = self._folders[folder].get(component)
+            if child is None:
+                child = node_id(FOLDER, len(self._folders))
+                self._folders[folder][component] = child
+                self._folders.append({})
+                self._folder_shard.append(tar_file_id if depth == len(components) - 1 else None)
+            folder = child >> 2
+
+    # -- sqlite and the location cache ---------------------------------------------------------------
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = self.dataset.connect()
+            with self._connections_lock:
+                self._connections.append(db)
+        return db
+
+    def _remember(self, part_rowid: int, location: PartLocation) -> None:
+        if len(self._locations) >= LOCATION_CACHE_SIZE:
+            self._locations = {}
+        self._locations[part_rowid] = location
+
+    def _part_node(self, row: tuple | None) -> Node | None:
+        if row is None:
+            return None
+        rowid, tar_file_id, offset, size = row
+        self._remember(rowid, PartLocation(tar_file_id, offset, size))
+        return Node(node_id(PART, rowid), False, size)
+
+    def location(self, node: int) -> PartLocation | None:
+        """Where a part file's bytes are, or None if `node` is not a part."""
+        if node & 3 != PART:
+            return None
+        rowid = node >> 2
+        location = self._locations.get(rowid)
+        if location is None:
+            row = self._db().execute(_PART_LOCATION, (rowid,)).fetchone()
+            if row is None:
+                return None
+            location = PartLocation(*row)
+            self._remember(rowid, location)
+        return location
+
+    def _sample_allowed(self, tar_file_id: int) -> bool:
+        return self.allowed is None or tar_file_id in self.allowed
 
     # -- lookups -------------------------------------------------------------------------------------
-    def _sample(self, shown_key: str, tar_file_id: int | None = None) -> SampleRow | None:
-        sample = self.dataset.sample_by_key(unescape_name(shown_key))
-        if sample is None:
+    def lookup(self, parent: int, name: str) -> Node | None:
+        """The node called `name` in folder `parent`, or None if there is none."""
+        kind, number = parent & 3, parent >> 2
+        if kind == SAMPLE:
+            row = self._db().execute(_PART_OF_SAMPLE, (number, unescape_name(name))).fetchone()
+            return self._part_node(row)
+        if kind != FOLDER or number >= len(self._folders):
             return None
-        if self.allowed is not None and sample.tar_file_id not in self.allowed:
-            return None
-        if tar_file_id is not None and sample.tar_file_id != tar_file_id:
-            return None
-        return sample
-
-    def _part_node(self, sample: SampleRow | None, shown_part: str) -> Node | None:
-        if sample is None:
-            return None
-        location = self.dataset.part(sample.tar_file_id, sample.index, unescape_name(shown_part))
-        return None if location is None else Node(False, location.size, location)
-
-    def _shard_walk(self, components: list[str]) -> tuple[Node | None, int | None, list[str]]:
-        """Walk shard-path folders: (folder node or None, tar_file_id if a shard was reached, rest)."""
-        prefix: tuple[str, ...] = ()
-        for position, component in enumerate(components):
-            folder = self._shard_dirs.get(prefix, {})
-            if component not in folder:
-                return None, None, []
-            tar_file_id = folder[component]
-            if tar_file_id is not None:
-                return DIR, tar_file_id, components[position + 1 :]
-            prefix = prefix + (component,)
-        return DIR, None, []
-
-    def lookup(self, path: str) -> Node | None:
-        """The node at an absolute mount path, or None if there is nothing there."""
-        if "\0" in path:
-            return None
-        components = [component for component in path.split("/") if component]
-        if not components:
-            return DIR
-        if self.view is View.FLAT:
-            if len(components) != 1:
+        if number == 0 and self.view is View.FLAT:
+            member = split_member_name(unescape_name(name))
+            if member is None:
                 return None
-            split = split_member_name(unescape_name(components[0]))
-            if split is None:
-                return None
-            key, part = split
-            return self._part_node(self._sample(escape_name(key)), escape_name(part))
-        if self.view is View.SAMPLE:
-            if len(components) > 2:
-                return None
-            sample = self._sample(components[0])
-            if len(components) == 1:
-                return None if sample is None else DIR
-            return self._part_node(sample, components[1])
-        node, tar_file_id, rest = self._shard_walk(components)
-        if node is None or not rest:
-            return node
-        if tar_file_id is None or len(rest) > 2:
+            return self._part_node(self._db().execute(self._part_of_key, member).fetchone())
+        if number == 0 and self.view is View.SAMPLE:
+            return self._sample_node(unescape_name(name), None)
+        shard = self._folder_shard[number]
+        if shard is not None:
+            return self._sample_node(unescape_name(name), shard)
+        child = self._folders[number].get(name)
+        return None if child is None else Node(child, True)
+
+    def _sample_node(self, key: str, tar_file_id: int | None) -> Node | None:
+        row = (
+            self._db()
+            .execute("SELECT rowid, tar_file_id FROM samples WHERE sample_key = ?", (key,))
+            .fetchone()
+        )
+        if row is None or not self._sample_allowed(row[1]):
             return None
-        sample = self._sample(rest[0], tar_file_id)
-        if len(rest) == 1:
-            return None if sample is None else DIR
-        return self._part_node(sample, rest[1])
+        if tar_file_id is not None and row[1] != tar_file_id:
+            return None
+        return Node(node_id(SAMPLE, row[0]), True)
+
+    def node(self, node: int) -> Node | None:
+        """The node behind an id the kernel holds (for its attributes), or None if there is none."""
+        kind, number = node & 3, node >> 2
+        if kind == FOLDER:
+            return Node(node, True) if number < len(self._folders) else None
+        if kind == SAMPLE:
+            row = self._db().execute("SELECT tar_file_id FROM samples WHERE rowid = ?", (number,)).fetchone()
+            return Node(node, True) if row is not None and self._sample_allowed(row[0]) else None
+        location = self.location(node)
+        return None if location is None else Node(node, False, location.size)
 
     # -- listings ------------------------------------------------------------------------------------
-    def list_dir(self, path: str, after: int = 0) -> Iterator[Entry]:
-        """The entries of a folder after cookie `after`; raises FileNotFoundError for a missing folder."""
-        components = [component for component in path.split("/") if component]
-        if self.view is View.FLAT:
-            if components:
-                raise FileNotFoundError(path)
-            yield from self._list_all_parts(after)
-            return
-        if self.view is View.SAMPLE:
-            if not components:
-                yield from self._list_all_samples(after)
-                return
-            sample = self._sample(components[0]) if len(components) == 1 else None
-            if sample is None:
-                raise FileNotFoundError(path)
-            yield from self._list_parts(sample)
-            return
-        node, tar_file_id, rest = self._shard_walk(components)
-        if node is None:
-            raise FileNotFoundError(path)
-        if tar_file_id is None:
-            prefix = tuple(components)
-            for name in self._shard_dirs.get(prefix, {}):
-                yield Entry(name, True, 0)
-            return
-        if not rest:
-            for sample in self.dataset.samples_of_shard(tar_file_id, max(after - FIRST_COOKIE, -1)):
-                yield Entry(escape_name(sample.key), True, sample.index + FIRST_COOKIE)
-            return
-        sample = self._sample(rest[0], tar_file_id) if len(rest) == 1 else None
-        if sample is None:
-            raise FileNotFoundError(path)
-        yield from self._list_parts(sample)
+    def list_dir(self, folder: int, after: int = 0, limit: int = 1024) -> Listing:
+        """Up to `limit` entries of a folder after cookie `after` (0: from the start; `.` and `..` excluded).
 
-    def _list_parts(self, sample: SampleRow) -> Iterator[Entry]:
-        for name, _ in self.dataset.parts_of_sample(sample.tar_file_id, sample.index):
-            yield Entry(escape_name(name), False, 0)
-
-    def _list_all_samples(self, after: int) -> Iterator[Entry]:
-        with self.dataset.connection() as db:
-            cursor = db.execute(
-                "SELECT rowid, sample_key FROM samples WHERE rowid > ?"
-                + self._id_filter.format(column="tar_file_id")
-                + " ORDER BY rowid",
-                (max(after - FIRST_COOKIE, 0),),
+        Raises NotADirectoryError for a part file and FileNotFoundError for an id that is no folder.
+        """
+        kind, number = folder & 3, folder >> 2
+        start = max(after - FIRST_COOKIE, -1)
+        db = self._db
+        if kind == PART:
+            raise NotADirectoryError(folder)
+        if kind == SAMPLE:
+            # `ls` asks again after the last entry; the count from the first page answers that alone.
+            if start >= 0 and self._part_counts.get(number, start + 2) <= start + 1:
+                return Listing(False, [])
+            rows = db().execute(_PARTS_OF_SAMPLE, (number,)).fetchall()
+            if len(self._part_counts) >= LOCATION_CACHE_SIZE:
+                self._part_counts = {}
+            self._part_counts[number] = len(rows)
+            return Listing(False, [(escape_name(name), node, size, position + FIRST_COOKIE)
+                                   for position, (name, node, size) in enumerate(rows) if position > start][:limit])  # fmt: skip
+        if number >= len(self._folders):
+            raise FileNotFoundError(folder)
+        if number == 0 and self.view is View.FLAT:
+            rows = db().execute(self._all_parts, (max(start, 0), limit)).fetchall()
+            return Listing(
+                False, [(escape_name(name), node, size, cookie) for name, node, size, cookie in rows]
             )
-            try:
-                for rowid, key in cursor:
-                    yield Entry(escape_name(key), True, rowid + FIRST_COOKIE)
-            finally:
-                cursor.close()
+        if number == 0 and self.view is View.SAMPLE:
+            rows = db().execute(self._all_samples, (max(start, 0), limit)).fetchall()
+            return Listing(True, [(escape_name(key), node, 0, cookie) for key, node, cookie in rows])
+        shard = self._folder_shard[number]
+        if shard is not None:
+            rows = db().execute(_SAMPLES_OF_SHARD, (shard, start, limit)).fetchall()
+            return Listing(True, [(escape_name(key), node, 0, cookie) for key, node, cookie in rows])
+        children = list(self._folders[number].items())
+        return Listing(True, [(name, child, 0, position + FIRST_COOKIE)
+                              for position, (name, child) in enumerate(children) if position > start][:limit])  # fmt: skip
 
-    def _list_all_parts(self, after: int) -> Iterator[Entry]:
-        with self.dataset.connection() as db:
-            cursor = db.execute(
-                "SELECT sp.rowid, s.sample_key, sp.part_name FROM sample_parts sp JOIN samples s"
-                " ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index WHERE sp.rowid > ?"
-                + self._id_filter.format(column="sp.tar_file_id")
-                + " ORDER BY sp.rowid",
-                (max(after - FIRST_COOKIE, 0),),
-            )
-            try:
-                for rowid, key, part in cursor:
-                    yield Entry(escape_name(f"{key}.{part}"), False, rowid + FIRST_COOKIE)
-            finally:
-                cursor.close()
+    # -- bytes ---------------------------------------------------------------------------------------
+    def read(self, node: int, offset: int, size: int) -> bytes:
+        """Bytes `offset .. offset+size` of a part file (fewer at its end); FileNotFoundError if no part."""
+        location = self.location(node)
+        if location is None:
+            raise FileNotFoundError(node)
+        return self.dataset.read_part(location, offset, size)
+
+    def read_cached(self, node: int, offset: int, size: int) -> memoryview:
+        """`read` from the page cache only; BlockingIOError if the disk would be needed."""
+        location = self.location(node)
+        if location is None:
+            raise FileNotFoundError(node)
+        return self.dataset.read_part_cached(location, offset, size)
+
+    def close(self) -> None:
+        """Close every thread's connection and the dataset's shard files."""
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for db in connections:
+            db.close()
+        self.dataset.close()
 
 
 def parse_view(value: str) -> View:

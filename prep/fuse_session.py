@@ -1,0 +1,328 @@
+"""A FUSE session spoken directly over `/dev/fuse`: mount, answer the kernel's requests, unmount.
+
+One thread reads the requests and answers them: with Python's lock on the interpreter, more threads
+would not answer faster, and a request handed between threads costs more than most requests take.
+The one thing that can wait long is reading a part from the disk, so a read is first tried from the
+page cache only, and one that would wait goes to a small pool of threads that may. A request costs
+one `readv` and one `write` plus the filesystem's own work: there is no C library in between, so no
+per-call marshalling, and the features that save round trips are switched on at INIT — listings
+with attributes (READDIRPLUS), so a name listed once needs no lookup; no OPEN, OPENDIR, FLUSH or
+xattr requests at all, since the kernel stops sending those once they are answered ENOSYS; and
+long cache lifetimes, since a mounted dataset never changes.
+
+Mounting uses `fusermount3` (so ordinary users can mount) and falls back to mount(2) for root.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from prep import fuse_wire as wire
+from prep.errors import PrepError
+from prep.mount_tree import MountTree
+
+FUSE_DEVICE = "/dev/fuse"
+FUSE_INSTALL_HINT = (
+    "On Debian/Ubuntu install it with `apt-get install fuse3`; in a container also start it with"
+    " `--device /dev/fuse --cap-add SYS_ADMIN`."
+)
+#: The data never changes under a mount, so the kernel may keep names and attributes this long.
+CACHE_SECONDS = 3600
+MAX_PAGES = 256  # reads of up to 1 MiB per request
+READ_BUFFER = 1 << 17  # more than any request a read-only filesystem accepts (names, xattr values)
+SLOW_READ_THREADS = 4
+
+
+def fuse_problem() -> str | None:
+    """Why this machine cannot mount a FUSE filesystem, or None if it can."""
+    if not os.uname().sysname == "Linux":
+        return f"shardprep mount needs Linux with FUSE; this is {os.uname().sysname}."
+    try:
+        info = os.stat(FUSE_DEVICE)
+    except OSError:
+        return f"there is no {FUSE_DEVICE}, so FUSE filesystems cannot be mounted here. {FUSE_INSTALL_HINT}"
+    if not stat.S_ISCHR(info.st_mode) or (os.major(info.st_rdev), os.minor(info.st_rdev)) != (10, 229):
+        return f"{FUSE_DEVICE} is not the FUSE device (char 10:229). {FUSE_INSTALL_HINT}"
+    if not os.access(FUSE_DEVICE, os.R_OK | os.W_OK):
+        return (
+            f"{FUSE_DEVICE} exists but this user may not open it. Add the user to the `fuse` group or run as"
+            f" a user that can. {FUSE_INSTALL_HINT}"
+        )
+    if os.geteuid() != 0 and shutil.which("fusermount3") is None:
+        return f"fusermount3 is not installed, so an ordinary user cannot mount. {FUSE_INSTALL_HINT}"
+    return None
+
+
+def _mount_options(fsname: str) -> str:
+    safe_name = fsname.replace(",", "_").replace("\\", "_")
+    return f"ro,nosuid,nodev,default_permissions,fsname={safe_name},subtype=shardprep"
+
+
+def _mount_with_fusermount(mountpoint: str, fsname: str) -> int:
+    """Let fusermount3 open the device and mount it; it passes the open device back over a socket."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        result = subprocess.run(
+            ["fusermount3", "-o", _mount_options(fsname), "--", mountpoint],
+            env={**os.environ, "_FUSE_COMMFD": str(theirs.fileno())},
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise PrepError(
+                f"Mounting at {mountpoint} failed: {result.stderr.strip() or 'fusermount3 refused'}. Check that"
+                f" the mount point is an existing folder that is not already mounted. {FUSE_INSTALL_HINT}"
+            )
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    if not fds:
+        raise PrepError(
+            f"fusermount3 mounted {mountpoint} but passed back no FUSE device. {FUSE_INSTALL_HINT}"
+        )
+    return fds[0]
+
+
+def _mount_as_root(mountpoint: str, fsname: str) -> int:
+    """mount(2) the device directly, as libfuse does for root when fusermount3 is missing."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    fd = os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    options = (
+        f"fd={fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()},default_permissions"
+    ).encode()
+    flags = 1 | 2 | 4  # MS_RDONLY | MS_NOSUID | MS_NODEV
+    source = fsname.replace(",", "_").encode()
+    if libc.mount(source, mountpoint.encode(), b"fuse.shardprep", flags, options) != 0:
+        os.close(fd)
+        code = ctypes.get_errno()
+        raise PrepError(f"Mounting at {mountpoint} failed: {os.strerror(code)}. {FUSE_INSTALL_HINT}")
+    return fd
+
+
+def mount_device(mountpoint: str, fsname: str) -> int:
+    """Mount an empty FUSE filesystem at `mountpoint` and return the device descriptor that serves it."""
+    problem = fuse_problem()
+    if problem is not None:
+        raise PrepError(f"Cannot mount: {problem}")
+    if shutil.which("fusermount3") is not None:
+        return _mount_with_fusermount(mountpoint, fsname)
+    return _mount_as_root(mountpoint, fsname)
+
+
+def unmount(mountpoint: str, lazy: bool = False) -> bool:
+    """Unmount a FUSE mount; True if the mount is gone (or going, when `lazy`)."""
+    if shutil.which("fusermount3") is not None:
+        command = ["fusermount3", "-u", *(["-z"] if lazy else []), mountpoint]
+    else:
+        command = ["umount", *(["-l"] if lazy else []), mountpoint]
+    return subprocess.run(command, capture_output=True).returncode == 0
+
+
+def _opcode_name(opcode: int) -> str:
+    try:
+        return wire.Opcode(opcode).name
+    except ValueError:
+        return str(opcode)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The attributes every node shares: owner and one timestamp (the index's)."""
+
+    uid: int
+    gid: int
+    time_s: int
+    time_ns: int
+
+
+class FuseSession:
+    """Serves one MountTree on an open FUSE device until the filesystem is unmounted."""
+
+    def __init__(self, device: int, tree: MountTree, owner: Owner, trace: bool = False) -> None:
+        self.device = device
+        self.trace = trace
+        self.tree = tree
+        self.packer = wire.NodePacker(owner.uid, owner.gid, owner.time_s, owner.time_ns, CACHE_SECONDS)
+        self.initialised = threading.Event()
+        self.finished = threading.Event()
+        self._slow_reads = ThreadPoolExecutor(SLOW_READ_THREADS, thread_name_prefix="fuse-read")
+        self._handlers: dict[int, Callable[[int, int, memoryview], None]] = {
+            wire.Opcode.INIT: self._init,
+            wire.Opcode.LOOKUP: self._lookup,
+            wire.Opcode.GETATTR: self._getattr,
+            wire.Opcode.READ: self._read,
+            wire.Opcode.READDIRPLUS: self._readdir_plus,
+            wire.Opcode.READDIR: self._readdir,
+            wire.Opcode.RELEASE: self._empty_reply,
+            wire.Opcode.RELEASEDIR: self._empty_reply,
+            wire.Opcode.STATFS: self._statfs,
+            wire.Opcode.DESTROY: self._destroy,
+        }
+        # Answered ENOSYS once, these are never sent again: opens need no handle, closes no flush.
+        for opcode in (wire.Opcode.OPEN, wire.Opcode.OPENDIR, wire.Opcode.FLUSH, wire.Opcode.GETXATTR):
+            self._handlers[opcode] = self._not_implemented
+        self._handlers[wire.Opcode.IOCTL] = self._no_ioctl
+        for opcode in wire.WRITES:
+            self._handlers[opcode] = self._read_only
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start serving in a thread; `finished` is set once the filesystem is unmounted."""
+        threading.Thread(target=self._serve, name="fuse", daemon=True).start()
+
+    def _serve(self) -> None:
+        buffer = bytearray(READ_BUFFER)
+        view = memoryview(buffer)
+        handlers = self._handlers
+        try:
+            while True:
+                try:
+                    length = os.readv(self.device, [buffer])
+                except InterruptedError:
+                    continue
+                except OSError as error:
+                    if error.errno == errno.ENOENT:  # the request was interrupted before we took it
+                        continue
+                    return  # ENODEV: unmounted
+                if length < wire.IN_HEADER.size:
+                    continue
+                _, opcode, unique, nodeid = wire.IN_HEADER.unpack_from(buffer)[:4]
+                if self.trace:
+                    print(f"fuse: {_opcode_name(opcode)} node {nodeid}", file=sys.stderr, flush=True)
+                if opcode in wire.NO_REPLY:
+                    continue
+                handler = handlers.get(opcode, self._not_implemented)
+                try:
+                    handler(unique, nodeid, view[wire.IN_HEADER.size : length])
+                except FileNotFoundError:
+                    self._error(unique, errno.ENOENT)
+                except NotADirectoryError:
+                    self._error(unique, errno.ENOTDIR)
+                except OSError as error:  # a shard that cannot be read: the caller sees an I/O error
+                    if error.errno in (errno.ENODEV, errno.EBADF):
+                        return
+                    self._error(unique, errno.EIO)
+        finally:
+            self._slow_reads.shutdown(wait=True)
+            self.finished.set()
+
+    # -- replies -------------------------------------------------------------------------------------
+    def _reply(self, unique: int, *body: bytes | memoryview) -> None:
+        length = wire.OUT_HEADER.size + sum(len(part) for part in body)
+        try:
+            os.writev(self.device, [wire.OUT_HEADER.pack(length, 0, unique), *body])
+        except FileNotFoundError:  # the caller gave up (interrupted) before the answer came
+            pass
+
+    def _error(self, unique: int, code: int) -> None:
+        try:
+            os.write(self.device, wire.OUT_HEADER.pack(wire.OUT_HEADER.size, -code, unique))
+        except FileNotFoundError:
+            pass
+
+    # -- requests ------------------------------------------------------------------------------------
+    def _init(self, unique: int, nodeid: int, body: memoryview) -> None:
+        major, _, _, flags = wire.INIT_IN.unpack_from(body)
+        if major != wire.KERNEL_MAJOR:
+            self._error(unique, errno.EPROTO)
+            return
+        self._reply(unique, wire.pack_init_reply(flags, MAX_PAGES))
+        self.initialised.set()
+
+    def _lookup(self, unique: int, nodeid: int, body: memoryview) -> None:
+        name = bytes(body).rstrip(b"\0").decode("utf-8", "surrogateescape")
+        node = self.tree.lookup(nodeid, name)
+        if node is None:  # a negative entry: the kernel remembers the name is absent
+            self._reply(unique, self.packer.negative_entry())
+            return
+        self._reply(unique, self.packer.entry(node.id, node.is_dir, node.size))
+
+    def _getattr(self, unique: int, nodeid: int, body: memoryview) -> None:
+        node = self.tree.node(nodeid)
+        if node is None:
+            raise FileNotFoundError(nodeid)
+        self._reply(unique, self.packer.attr_out(node.id, node.is_dir, node.size))
+
+    def _read(self, unique: int, nodeid: int, body: memoryview) -> None:
+        _, offset, size, _ = wire.READ_IN.unpack_from(body)
+        try:
+            data = self.tree.read_cached(nodeid, offset, size)
+        except BlockingIOError:
+            self._slow_reads.submit(self._read_waiting, unique, nodeid, offset, size)
+            return
+        self._reply(unique, data)
+
+    def _read_waiting(self, unique: int, nodeid: int, offset: int, size: int) -> None:
+        try:
+            data = self.tree.read(nodeid, offset, size)
+        except FileNotFoundError:
+            self._error(unique, errno.ENOENT)
+        except OSError:
+            self._error(unique, errno.EIO)
+        else:
+            self._reply(unique, data)
+
+    def _readdir(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._list(unique, nodeid, body, plus=False)
+
+    def _readdir_plus(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._list(unique, nodeid, body, plus=True)
+
+    def _list(self, unique: int, nodeid: int, body: memoryview, plus: bool) -> None:
+        _, after, size, _ = wire.READ_IN.unpack_from(body)
+        packer = self.packer
+        pieces: list[bytes] = []
+        room = size
+        for cookie, name in ((1, b"."), (2, b"..")):
+            if after < cookie:
+                pieces.append(
+                    packer.unlisted_dirent(nodeid, cookie, name)
+                    if plus
+                    else packer.dirent(nodeid, cookie, name, True)
+                )
+                room -= len(pieces[-1])
+        # Each entry takes at least a header and a padded short name, so this many rows can be enough.
+        limit = max(1, room // wire.dirent_size(8, plus))
+        listing = self.tree.list_dir(nodeid, after, limit)
+        is_dir = listing.is_dir
+        for shown, node, node_size, cookie in listing.entries:
+            name = shown.encode("utf-8", "surrogateescape")
+            if plus:
+                piece = packer.direntplus(node, cookie, name, is_dir, node_size)
+            else:
+                piece = packer.dirent(node, cookie, name, is_dir)
+            if len(piece) > room:
+                break
+            pieces.append(piece)
+            room -= len(piece)
+        self._reply(unique, b"".join(pieces))
+
+    def _statfs(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._reply(unique, wire.pack_statfs(0, 0))
+
+    def _destroy(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._reply(unique)
+
+    def _empty_reply(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._reply(unique)
+
+    def _not_implemented(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._error(unique, errno.ENOSYS)
+
+    def _no_ioctl(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._error(unique, errno.ENOTTY)  # what isatty() and friends expect of a plain file
+
+    def _read_only(self, unique: int, nodeid: int, body: memoryview) -> None:
+        self._error(unique, errno.EROFS)

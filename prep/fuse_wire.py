@@ -1,0 +1,201 @@
+"""The Linux FUSE protocol (`<linux/fuse.h>`, version 7.38) as data: opcodes, flags and struct layouts.
+
+A FUSE filesystem is a process that reads requests from `/dev/fuse` and writes replies to it. Every
+request starts with a 40-byte `fuse_in_header`, every reply with a 16-byte `fuse_out_header`; the
+rest is one of the fixed little structs below. Only what a read-only filesystem needs is here, and
+nothing in this module does any I/O, so the byte layouts can be checked on their own.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+KERNEL_MAJOR = 7
+KERNEL_MINOR = 38
+
+
+class Opcode(IntEnum):
+    LOOKUP = 1
+    FORGET = 2
+    GETATTR = 3
+    SETATTR = 4
+    READLINK = 5
+    SYMLINK = 6
+    MKNOD = 8
+    MKDIR = 9
+    UNLINK = 10
+    RMDIR = 11
+    RENAME = 12
+    LINK = 13
+    OPEN = 14
+    READ = 15
+    WRITE = 16
+    STATFS = 17
+    RELEASE = 18
+    FSYNC = 20
+    SETXATTR = 21
+    GETXATTR = 22
+    LISTXATTR = 23
+    REMOVEXATTR = 24
+    FLUSH = 25
+    INIT = 26
+    OPENDIR = 27
+    READDIR = 28
+    RELEASEDIR = 29
+    FSYNCDIR = 30
+    ACCESS = 34
+    CREATE = 35
+    INTERRUPT = 36
+    DESTROY = 38
+    IOCTL = 39
+    BATCH_FORGET = 42
+    FALLOCATE = 43
+    READDIRPLUS = 44
+    RENAME2 = 45
+    LSEEK = 46
+    COPY_FILE_RANGE = 47
+    TMPFILE = 51
+
+
+#: Requests the kernel sends without waiting for (and must not get) a reply.
+NO_REPLY = frozenset({Opcode.FORGET, Opcode.BATCH_FORGET, Opcode.INTERRUPT})
+#: Requests that would change the filesystem; a read-only mount refuses them with EROFS.
+WRITES = frozenset(
+    {
+        Opcode.SETATTR,
+        Opcode.SYMLINK,
+        Opcode.MKNOD,
+        Opcode.MKDIR,
+        Opcode.UNLINK,
+        Opcode.RMDIR,
+        Opcode.RENAME,
+        Opcode.LINK,
+        Opcode.WRITE,
+        Opcode.SETXATTR,
+        Opcode.REMOVEXATTR,
+        Opcode.CREATE,
+        Opcode.FALLOCATE,
+        Opcode.RENAME2,
+        Opcode.COPY_FILE_RANGE,
+        Opcode.TMPFILE,
+    }
+)
+
+# fuse_init_in.flags / fuse_init_out.flags
+ASYNC_READ = 1 << 0
+DO_READDIRPLUS = 1 << 13
+PARALLEL_DIROPS = 1 << 18
+MAX_PAGES = 1 << 22
+INIT_EXT = 1 << 30
+
+# fuse_open_out.open_flags
+FOPEN_KEEP_CACHE = 1 << 1
+FOPEN_CACHE_DIR = 1 << 3
+
+#: The kernel refuses a read of /dev/fuse into a buffer smaller than this.
+MIN_READ_BUFFER = 8192
+ROOT_ID = 1
+
+IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid, pid, total_extlen, pad
+OUT_HEADER = struct.Struct("<IiQ")  # len, error (negative errno), unique
+INIT_IN = struct.Struct("<IIII")  # major, minor, max_readahead, flags (flags2 follows from 7.36)
+INIT_OUT = struct.Struct("<IIIIHHIIHHI7I")  # ... max_background, congestion, max_write, time_gran, max_pages
+READ_IN = struct.Struct("<QQII")  # fh, offset, size, read_flags (lock_owner, flags follow)
+OPEN_OUT = struct.Struct("<QII")  # fh, open_flags, padding
+ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # ino size blocks atime mtime ctime *nsec mode nlink uid gid ...
+ENTRY_OUT_HEAD = struct.Struct("<QQQQII")  # nodeid, generation, entry_valid, attr_valid, and their nsec
+ATTR_OUT_HEAD = struct.Struct("<QII")  # attr_valid, attr_valid_nsec, dummy
+DIRENT_HEAD = struct.Struct("<QQII")  # ino, off (the cookie to resume after this entry), namelen, type
+KSTATFS = struct.Struct("<QQQQQIIII6I")
+
+ENTRY_OUT_SIZE = ENTRY_OUT_HEAD.size + ATTR.size  # 128
+DT_DIR = 4
+DT_REG = 8
+S_IFDIR = 0o040000
+S_IFREG = 0o100000
+
+
+_PAD = [bytes(n) for n in range(8)]
+
+
+def dirent_size(name_length: int, plus: bool) -> int:
+    """Bytes one entry takes in a READDIR (or READDIRPLUS) reply: padded to a multiple of 8.
+
+    >>> dirent_size(5, False), dirent_size(8, False), dirent_size(5, True)
+    (32, 32, 160)
+    """
+    size = DIRENT_HEAD.size + name_length
+    return ((size + 7) & ~7) + (ENTRY_OUT_SIZE if plus else 0)
+
+
+class NodePacker:
+    """Packs attributes, lookup entries and listing entries of read-only nodes that share an owner,
+    one timestamp and one cache lifetime: a folder is mode 0555, a file 0444.
+
+    >>> packer = NodePacker(uid=0, gid=0, time_s=0, time_ns=0, valid_s=60)
+    >>> len(packer.attr(1, True, 0)), len(packer.entry(5, False, 10)), len(packer.dirent(5, 4, b"a.txt", False))
+    (88, 128, 32)
+    >>> packer.direntplus(5, 4, b"a.txt", False, 10) == packer.entry(5, False, 10) + packer.dirent(5, 4, b"a.txt", False)
+    True
+    """
+
+    _DIRENTPLUS = struct.Struct("<" + ENTRY_OUT_HEAD.format[1:] + ATTR.format[1:] + DIRENT_HEAD.format[1:])
+
+    def __init__(self, uid: int, gid: int, time_s: int, time_ns: int, valid_s: int) -> None:
+        self.valid_s = valid_s
+        self._times = (time_s, time_s, time_s, time_ns, time_ns, time_ns)
+        self._folder = (S_IFDIR | 0o555, 2, uid, gid, 0, 4096, 0)
+        self._file = (S_IFREG | 0o444, 1, uid, gid, 0, 4096, 0)
+
+    def attr(self, nodeid: int, is_dir: bool, size: int) -> bytes:
+        """A `fuse_attr`."""
+        kind = self._folder if is_dir else self._file
+        return ATTR.pack(nodeid, size, (size + 511) >> 9, *self._times, *kind)
+
+    def entry(self, nodeid: int, is_dir: bool, size: int) -> bytes:
+        """A `fuse_entry_out`: the name and its attributes may be cached for `valid_s` seconds."""
+        return ENTRY_OUT_HEAD.pack(nodeid, 0, self.valid_s, self.valid_s, 0, 0) + self.attr(
+            nodeid, is_dir, size
+        )
+
+    def negative_entry(self) -> bytes:
+        """A `fuse_entry_out` saying the name does not exist, which the kernel may remember as long."""
+        return ENTRY_OUT_HEAD.pack(0, 0, self.valid_s, 0, 0, 0) + bytes(ATTR.size)
+
+    def attr_out(self, nodeid: int, is_dir: bool, size: int) -> bytes:
+        """A `fuse_attr_out`, the GETATTR reply."""
+        return ATTR_OUT_HEAD.pack(self.valid_s, 0, 0) + self.attr(nodeid, is_dir, size)
+
+    def dirent(self, nodeid: int, cookie: int, name: bytes, is_dir: bool) -> bytes:
+        """A READDIR entry; `cookie` is where a listing resumes after it."""
+        head = DIRENT_HEAD.pack(nodeid, cookie, len(name), DT_DIR if is_dir else DT_REG)
+        return head + name + _PAD[-(len(head) + len(name)) % 8]
+
+    def direntplus(self, nodeid: int, cookie: int, name: bytes, is_dir: bool, size: int) -> bytes:
+        """A READDIRPLUS entry: the lookup entry and the listing entry in one, packed in one call."""
+        valid = self.valid_s
+        head = self._DIRENTPLUS.pack(
+            nodeid, 0, valid, valid, 0, 0,
+            nodeid, size, (size + 511) >> 9, *self._times, *(self._folder if is_dir else self._file),
+            nodeid, cookie, len(name), DT_DIR if is_dir else DT_REG,
+        )  # fmt: skip
+        return head + name + _PAD[-(DIRENT_HEAD.size + len(name)) % 8]
+
+    def unlisted_dirent(self, nodeid: int, cookie: int, name: bytes) -> bytes:
+        """A READDIRPLUS entry for `.` or `..`: a zero node id tells the kernel to make no entry of it."""
+        return bytes(ENTRY_OUT_SIZE) + self.dirent(nodeid, cookie, name, True)
+
+
+def pack_init_reply(kernel_flags: int, max_pages: int) -> bytes:
+    """The INIT reply: our protocol version and the features we take from those the kernel offers."""
+    wanted = ASYNC_READ | DO_READDIRPLUS | PARALLEL_DIROPS | MAX_PAGES
+    flags = kernel_flags & wanted
+    return INIT_OUT.pack(
+        KERNEL_MAJOR, KERNEL_MINOR, 1 << 20, flags, 64, 48, 4096, 1, max_pages, 0, 0, *([0] * 7)
+    )
+
+
+def pack_statfs(blocks: int, files: int) -> bytes:
+    """A `fuse_kstatfs` for a full, read-only filesystem of `blocks` 512-byte blocks."""
+    return KSTATFS.pack(blocks, 0, 0, files, 0, 512, 255, 512, 0, *([0] * 6))
