@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +27,7 @@ from tests.inspect_datasets import (
     prepared_dataset,
     run_shardprep,
     tar_members,
+    writable_copy,
 )
 
 FUSE_MISSING = fuse_problem()
@@ -221,3 +225,78 @@ def test_mounting_onto_a_mount_point_in_use_is_refused(base, tmp_path):
     with Mounted(dataset, tmp_path / "mnt") as mounted:
         result = run_shardprep("mount", str(dataset), str(mounted.mountpoint))
     assert result.returncode != 0 and "already a mount point" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def many_samples(base) -> Path:
+    """3,000 samples of two parts in three shards: every view's listing takes many kernel requests."""
+    folder = base / "many"
+    folder.mkdir()
+    for shard in range(3):
+        with tarfile.open(folder / f"part-{shard}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for index in range(1000):
+                for part, data in (("txt", f"{shard}/{index}".encode()), ("cls", str(index % 7).encode())):
+                    member = tarfile.TarInfo(f"k{shard}_{index:04d}_{'y' * (index % 40)}.{part}")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+    run_shardprep("prepare", str(folder), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True)
+    return folder
+
+
+@pytest.mark.parametrize("view", ["flat", "sample", "shard"])
+def test_listings_of_thousands_of_entries_are_complete_and_in_order(many_samples, tmp_path, view):
+    expected = expected_files(many_samples, view)
+    with Mounted(many_samples, tmp_path / "mnt", "--view", view) as mounted:
+        found = files_under(mounted.mountpoint)
+        if view == "flat":
+            shown = os.listdir(mounted.mountpoint)
+            assert shown == [name for names in tar_members(many_samples).values() for name in names]
+    assert found == expected and len(found) == 6000
+
+
+def test_parts_not_in_the_page_cache_are_read_from_the_disk(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    expected = expected_files(dataset, "flat")
+    for shard in dataset.glob("*.tar"):  # drop the shards' pages, so reads must wait for the disk
+        descriptor = os.open(shard, os.O_RDONLY)
+        os.fsync(descriptor)
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(descriptor)
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        assert files_under(mounted.mountpoint) == expected
+
+
+def test_file_sizes_and_folder_attributes_come_from_the_index(base, tmp_path):
+    dataset = prepared_dataset(base, "shardprep")
+    expected = expected_files(dataset, "sample")
+    with Mounted(dataset, tmp_path / "mnt", "--view", "sample") as mounted:
+        for relative, data in expected.items():
+            info = os.stat(mounted.mountpoint / relative)
+            assert stat.S_ISREG(info.st_mode) and info.st_size == len(data)
+            assert info.st_mode & 0o777 == 0o444
+        folder = os.stat(mounted.mountpoint / "s0_000")
+        assert stat.S_ISDIR(folder.st_mode) and folder.st_mode & 0o777 == 0o555
+        assert os.statvfs(mounted.mountpoint).f_namemax > 0
+
+
+def test_debug_traces_each_request_in_the_foreground(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--debug"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
+        assert (mountpoint / "s0_001.txt").read_bytes() == b"sample 1\n"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if os.path.ismount(mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    assert "fuse: INIT" in err and "fuse: LOOKUP" in err and "fuse: READ" in err
