@@ -90,26 +90,30 @@ def _blocks(buffer: np.ndarray) -> np.ndarray:
     return buffer[: len(buffer) // BLOCK * BLOCK].reshape(-1, BLOCK)
 
 
+def _checksums_ok(headers: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For each gathered header (a row of 512 bytes read at `offsets`), whether its checksum matches."""
+    field = headers[:, 148:156]
+    unsigned = (
+        headers.sum(axis=1, dtype=np.uint32).astype(np.int64)
+        - field.sum(axis=1, dtype=np.int64)
+        + 8 * 0x20  # the checksum is computed with its own field as spaces
+    )
+    stored, parsed = _octal_fields(field)
+    aligned = offsets % BLOCK == 0  # every tar header starts on a block boundary
+    ok = aligned & parsed & (stored == unsigned)
+    retry = np.flatnonzero(aligned & parsed & ~ok)  # some old tars sum signed bytes
+    if retry.size:
+        signed = unsigned[retry] - 256 * (headers[retry][:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
+        ok[retry] = stored[retry] == signed
+    return ok
+
+
 def _headers_ok(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """For each header offset, whether its stored checksum matches the header's bytes."""
     ok = np.empty(len(offsets), dtype=bool)
     for start in range(0, len(offsets), CHUNK):
         chunk = offsets[start : start + CHUNK]
-        headers = _blocks(buffer)[chunk // BLOCK]  # tar headers sit on 512-byte boundaries: gather rows
-        field = headers[:, 148:156]
-        unsigned = (
-            headers.sum(axis=1, dtype=np.uint32).astype(np.int64)
-            - field.sum(axis=1, dtype=np.int64)
-            + 8 * 0x20  # the checksum is computed with its own field as spaces
-        )
-        stored, parsed = _octal_fields(field)
-        aligned = chunk % BLOCK == 0  # every tar header starts on a block boundary
-        good = aligned & parsed & (stored == unsigned)
-        retry = np.flatnonzero(aligned & parsed & ~good)  # some old tars sum signed bytes
-        if retry.size:
-            signed = unsigned[retry] - 256 * (headers[retry][:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
-            good[retry] = stored[retry] == signed
-        ok[start : start + CHUNK] = good
+        ok[start : start + CHUNK] = _checksums_ok(_blocks(buffer)[chunk // BLOCK], chunk)
     return ok
 
 
@@ -241,27 +245,26 @@ def _check_parts(
     if check.size == 0:
         return
     offsets = header_at[check]
-    # most part headers are also sample headers (the first part of each sample), already checked
+    # a sample's first part header is often its sample header, whose checksum is already known
     at_start = np.minimum(np.searchsorted(sample_starts, offsets), len(sample_starts) - 1)
     is_start = sample_starts[at_start] == offsets
-    valid = np.empty(len(offsets), dtype=bool)
-    valid[is_start] = start_ok[at_start[is_start]]
-    valid[~is_start] = _headers_ok(buffer, offsets[~is_start])
     mismatched = []
     for chunk_start in range(0, len(check), CHUNK):
         rows = check[chunk_start : chunk_start + CHUNK]
-        headers = _blocks(buffer)[offsets[chunk_start : chunk_start + CHUNK] // BLOCK]
+        chunk = offsets[chunk_start : chunk_start + CHUNK]
+        headers = _blocks(buffer)[chunk // BLOCK]
+        known = is_start[chunk_start : chunk_start + CHUNK]
+        valid = np.empty(len(rows), dtype=bool)
+        valid[known] = start_ok[at_start[chunk_start : chunk_start + CHUNK][known]]
+        valid[~known] = _checksums_ok(headers[~known], chunk[~known])
         sizes, sizes_ok = _octal_fields(headers[:, 124:136])
         typeflag_ok = np.isin(headers[:, 156], REGULAR_TYPEFLAGS)
         names = member_name_fields(samples["key"].take(where[rows]), parts["name"].take(rows), NAME_FIELD)
         name_ok = (headers[:, :NAME_FIELD] == names).all(axis=1) & (headers[:, 345] == 0)  # no ustar prefix
-        good = (
-            valid[chunk_start : chunk_start + CHUNK] & typeflag_ok & sizes_ok & (sizes == parts["size"][rows])
-        )
-        good &= name_ok
+        good = valid & typeflag_ok & sizes_ok & (sizes == parts["size"][rows]) & name_ok
         mismatched.append(where[rows[~good]])
     # long names (PAX, GNU) and damage: walk those samples' headers exactly
-    for sample in np.unique(np.concatenate(mismatched)).tolist():
+    for sample in sorted(set(np.concatenate(mismatched).tolist())):  # np.unique would import numpy.ma
         _check_sample_exactly(checker, buffer, samples, parts, sample, int(sample_ends[sample]))
 
 
