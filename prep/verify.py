@@ -1,10 +1,12 @@
 """Check that a prepared dataset's index agrees with itself and with its tars.
 
-The default check reads the index (`.info.json`, the split file, every `.tar.idx`, both sqlite tables)
-and one 512-byte header per indexed member, gathered with numpy from a memory map: every indexed
-offset must hold a valid header of the named member with the indexed size, each shard must end where
-its index says (nothing appended, nothing cut off), and no split may name a missing shard. `--deep`
-also re-walks every header of every shard, compares the result row by row with the index, and decodes
+The default check reads the index (`.info.json`, the split file, every `.tar.idx`, both sqlite
+tables read whole as numpy columns by `prep.verify_columns`) and one 512-byte header per indexed
+member, gathered with numpy from a memory map: every indexed offset must hold a valid header of the
+named member with the indexed size, each shard must end where its index says (nothing appended,
+nothing cut off), and no split may name a missing shard. Samples whose headers do not match in bulk
+(long names in extra headers, or damage) are walked header by header. `--deep` also re-walks every
+header of every shard, compares the result row by row with the index, and decodes
 each member's content by its extension.
 """
 
@@ -153,8 +155,12 @@ def _load_sqlite(dataset: PreparedDataset, deep: bool) -> tuple[dict, dict]:
     if deep:
         columns["size"] = "byte_size"
     samples = _group(*read_columns(db, "samples", columns, "sample_key"), "key")
-    columns = {"tar": "tar_file_id", "index": "sample_index", "offset": "content_byte_offset"}
-    columns["size"] = "content_byte_size"
+    columns = {
+        "tar": "tar_file_id",
+        "index": "sample_index",
+        "offset": "content_byte_offset",
+        "size": "content_byte_size",
+    }
     parts = _group(*read_columns(db, "sample_parts", columns, "part_name"), "name")
     return samples, parts
 
