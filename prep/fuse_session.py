@@ -211,8 +211,12 @@ class FuseSession:
                 except NotADirectoryError:
                     self._error(unique, errno.ENOTDIR)
                 except OSError as error:  # a shard that cannot be read: the caller sees an I/O error
-                    if error.errno in (errno.ENODEV, errno.EBADF):
+                    if error.errno in (errno.ENODEV, errno.EBADF):  # the device is gone: unmounted
                         return
+                    self._error(unique, errno.EIO)
+                except Exception as error:  # noqa: BLE001 - one bad request must not stop the mount
+                    if self.trace:
+                        print(f"fuse: {_opcode_name(opcode)} failed: {error!r}", file=sys.stderr, flush=True)
                     self._error(unique, errno.EIO)
         finally:
             self._slow_reads.shutdown(wait=True)

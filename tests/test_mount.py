@@ -300,3 +300,21 @@ def test_debug_traces_each_request_in_the_foreground(base, tmp_path):
         if os.path.ismount(mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
     assert "fuse: INIT" in err and "fuse: LOOKUP" in err and "fuse: READ" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount(2) without fusermount3 needs root")
+def test_root_mounts_without_fusermount3(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": str(tmp_path / "no-tools")},  # no fusermount3 to be found
+    )
+    try:
+        assert result.returncode == 0, result.stderr
+        assert files_under(mountpoint) == expected_files(dataset, "flat")
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
