@@ -195,6 +195,24 @@ def extract(dataset: Path, folder: Path) -> None:
     tmp.rename(folder)
 
 
+def extract_per_sample(dataset: Path, folder: Path) -> None:
+    """The same files as a folder per sample (`KEY/PART`), the tree the per-sample view shows."""
+    if folder.exists():
+        return
+    tmp = folder.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for shard in sorted(dataset.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                key, _, part = member.name.partition(".")
+                (tmp / key).mkdir(parents=True, exist_ok=True)
+                (tmp / key / part).write_bytes(tar.extractfile(member).read())
+    tmp.rename(folder)
+
+
 def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, tools: list[str]) -> dict:
     log(f"[{name}] preparing {dataset}")
     prepare(dataset)
@@ -240,6 +258,10 @@ def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, 
     log(f"[{name}] extracting to {folder}")
     extract(dataset, folder)
     row = {"ls_R_s_flat": time_ls(folder)}
+    per_sample = work / f"extracted-per-sample-{name}"
+    log(f"[{name}] extracting a folder per sample to {per_sample}")
+    extract_per_sample(dataset, per_sample)
+    row["ls_R_s_sample"] = time_ls(per_sample)
     for readers in (1, 4):
         row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = time_reads(folder, chosen, readers)
     results["extracted"] = row
