@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -20,9 +21,13 @@ from prep.index_format import (
     SAMPLES_TABLE,
     SECONDARY_INDEXES,
 )
-from prep.shard_index import ShardIndex
+from prep.shard_index import ShardIndex, ShardRows
 
 _SHARD_SCHEMA = "shard"
+#: sqlite page cache while rows go in: appends touch few pages, and scanning workers run meanwhile.
+INSERT_CACHE_KIB = 2048
+#: sqlite page cache for building the secondary indexes at the end (the sorter works in it).
+INDEX_BUILD_CACHE_KIB = 16384
 
 
 def shard_rows_database(shard: ShardIndex) -> bytes:
@@ -67,6 +72,25 @@ def insert_rows(db: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
         db.execute(f"INSERT INTO {table} VALUES " + ",".join([row_marks] * len(rest)), list(chain.from_iterable(rest)))
 
 
+def insert_columns(db: sqlite3.Connection, table: str, tar_file_id: int, columns: list[Sequence]) -> None:
+    """Bulk-insert rows `(tar_file_id, *columns[.][i])` with multi-row INSERT statements, straight from the
+    columns: only one statement's rows exist as Python values at a time."""
+    count = len(columns[0])
+    if not count:
+        return
+    width = len(columns)
+    per_statement = max(1, min(2000, (db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 1) // width))
+    row_marks = "(?1," + ",".join("?" * width) + ")"  # each "?" numbers itself after the largest so far
+    statement = ""
+    for start in range(0, count, per_statement):
+        stop = min(count, start + per_statement)
+        if stop - start != per_statement or not statement:
+            statement = f"INSERT INTO {table} VALUES " + ",".join([row_marks] * (stop - start))
+        values = [tar_file_id]
+        values += chain.from_iterable(zip(*(column[start:stop] for column in columns), strict=True))
+        db.execute(statement, values)
+
+
 class SqliteIndexWriter:
     """Builds a fresh `index.sqlite` at `path` from ShardIndex results, shard by shard."""
 
@@ -76,11 +100,12 @@ class SqliteIndexWriter:
         self.db = sqlite3.connect(path, isolation_level=None)
         # A fresh file in a staging folder that nobody reads before we finish: no fsync, journal in RAM
         # (per-shard transactions keep it small). Index builds sort in temp files, so memory stays flat.
+        # A small page cache while rows go in (they are appended); a bigger one for the index builds.
         for pragma in (
             "PRAGMA journal_mode = MEMORY",
             "PRAGMA synchronous = OFF",
             "PRAGMA locking_mode = EXCLUSIVE",
-            "PRAGMA cache_size = -16384",
+            f"PRAGMA cache_size = -{INSERT_CACHE_KIB}",
         ):
             self.db.execute(pragma)
         self.db.execute(SAMPLES_TABLE)
@@ -111,6 +136,29 @@ class SqliteIndexWriter:
         finally:
             self.db.execute(f"DETACH DATABASE {_SHARD_SCHEMA}")
 
+    def add_rows(self, rows: ShardRows) -> None:
+        """Insert one shard's rows straight from their columns (from `shard_rows`); a key already in the
+        index raises DuplicateKeyError naming both places."""
+        self.db.execute("BEGIN")
+        try:
+            samples = [rows.sample_keys, range(rows.count), rows.sample_starts, rows.sample_sizes]
+            insert_columns(self.db, "samples", rows.tar_file_id, samples)
+        except sqlite3.IntegrityError:
+            self.db.execute("ROLLBACK")
+            raise self._duplicate_of(rows) from None
+        parts = [rows.part_samples, rows.part_names, rows.part_offsets, rows.part_sizes]
+        insert_columns(self.db, "sample_parts", rows.tar_file_id, parts)
+        self.db.execute("COMMIT")
+
+    def _duplicate_of(self, rows: ShardRows) -> DuplicateKeyError:
+        """The first sample of `rows` whose key is already in the index, as an error naming both places."""
+        for key, offset in zip(rows.sample_keys, rows.sample_starts, strict=True):
+            found = self.db.execute("SELECT tar_file_id, byte_offset FROM samples WHERE sample_key = ?", (key,))
+            row = found.fetchone()
+            if row is not None:
+                return self._duplicate_error(key, row[0], row[1], rows.shard, offset)
+        return DuplicateKeyError(f"{rows.shard}: a sample key is not unique across the dataset.")
+
     def _duplicate(self, shard_name: str) -> DuplicateKeyError:
         row = self.db.execute(
             f"SELECT s.sample_key, s.byte_offset, m.tar_file_id, m.byte_offset FROM {_SHARD_SCHEMA}.samples s"
@@ -119,6 +167,11 @@ class SqliteIndexWriter:
         if row is None:
             return DuplicateKeyError(f"{shard_name}: a sample key is not unique across the dataset.")
         key, offset, first_shard, first_offset = row
+        return self._duplicate_error(key, first_shard, first_offset, shard_name, offset)
+
+    def _duplicate_error(
+        self, key: str, first_shard: int, first_offset: int, shard_name: str, offset: int
+    ) -> DuplicateKeyError:
         return DuplicateKeyError(
             f"Sample key {key!r} appears in {self.shard_names[first_shard]} at byte {first_offset} and again"
             f" in {shard_name} at byte {offset}. energon needs every sample key to be unique across the"
@@ -128,6 +181,7 @@ class SqliteIndexWriter:
 
     def finish(self) -> None:
         """Create the secondary indexes and close the database."""
+        self.db.execute(f"PRAGMA cache_size = -{INDEX_BUILD_CACHE_KIB}")
         self.db.execute("BEGIN")
         for statement in SECONDARY_INDEXES:
             self.db.execute(statement)

@@ -10,6 +10,7 @@ The steps are plain functions over plain data: find the shards (`shard_list`), i
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -31,10 +32,9 @@ from prep.index_writer import (
     info_json_text,
     info_yaml_text,
     new_index_uuid,
-    shard_rows_database,
     split_yaml_text,
 )
-from prep.shard_index import MAX_PART_NAMES, ShardIndex, index_shard, tar_index_bytes
+from prep.shard_index import MAX_PART_NAMES, ShardRows, shard_rows, tar_index_bytes
 from prep.shard_list import exclude_shards, find_shards
 from prep.split import parse_split_parts, parse_split_ratio, split_by_patterns, split_by_ratio
 from prep.staging import Staging
@@ -152,41 +152,41 @@ def indexed_shards(root: Path) -> list[str]:
         raise PrepError(f"{root / META_DIR} holds an unreadable shard list ({error}). Run a full prepare.") from None
 
 
-@dataclass
-class IndexedShard:
-    """What a worker sends back for one shard: counts, part names, its rows as a sqlite image."""
-
-    shard: str
-    tar_file_id: int
-    count: int
-    part_names: set[str]
-    rows_database: bytes
-    first_samples: list[tuple[str, list[tuple[str, int, int]]]]
-
-
-def _index_task(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> IndexedShard | ShardError:
+def _index_task(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> ShardRows | ShardError:
     """Worker: index one shard and write its staged `.tar.idx`. Errors come back as values, not raises."""
     try:
-        result = index_shard(os.path.join(root, shard), shard, tar_file_id)
+        rows = shard_rows(os.path.join(root, shard), shard, tar_file_id)
         with open(staged_tar_index, "wb") as file:
-            file.write(tar_index_bytes(result.offsets))
-        first = _first_samples(result) if tar_file_id == 0 else []
-        return IndexedShard(
-            shard, tar_file_id, result.count, result.part_names, shard_rows_database(result), first
-        )
+            file.write(tar_index_bytes(rows.offsets()))
+        return rows
     except ShardError as error:
         return error
     except OSError as error:
         return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
+    finally:
+        _release_freed_memory()
 
 
-def _worker_signals() -> None:
-    """Workers leave Ctrl-C and SIGTERM to the main process, which stops them and cleans up."""
+def _release_freed_memory() -> None:
+    """Hand memory freed after a shard back to the system (glibc keeps it otherwise), so a long run's
+    footprint is that of one shard, not of the fragments of all of them."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_start() -> None:
+    """Workers leave Ctrl-C and SIGTERM to the main process, which stops them and cleans up. Each loads
+    the scanner (and numpy, without BLAS threads it never uses) as it starts, while the main process,
+    which needs neither, goes on preparing."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    import prep.tar_scan  # noqa: F401
 
 
-def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[IndexedShard | ShardError]:
+def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[ShardRows | ShardError]:
     """Results in shard order, with at most a few shards in flight so memory stays flat.
 
     A worker that dies (killed, out of memory) ends the run with an error instead of a hang, and on any
@@ -197,11 +197,11 @@ def _index_in_parallel(tasks: list[tuple], workers: int) -> Iterator[IndexedShar
             yield _index_task(*task)
         return
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_signals)
+    executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start)
     try:
         pending: deque = deque()
         upcoming = iter(tasks)
-        for task in islice(upcoming, 2 * workers):
+        for task in islice(upcoming, workers + 1):
             pending.append(executor.submit(_index_task, *task))
         while pending:
             try:
@@ -284,21 +284,22 @@ def _index_into(
         if progress is not None:
             results = progress(results, len(tasks))
         for result in results:
+            _release_freed_memory()  # the previous shard's rows are gone now
             if isinstance(result, ShardError):
                 errors.append(result)
                 continue
             if errors:
                 continue  # keep scanning to report every bad shard, but stop building
             try:
-                writer.add_shard(result.shard, result.rows_database)
+                writer.add_rows(result)
             except DuplicateKeyError as error:
                 errors.append(error)
                 continue
             staged.shard_counts[result.shard] = result.count
             if len(part_names) < MAX_PART_NAMES:
-                part_names.update(result.part_names)
+                part_names.update(result.distinct_part_names())
             if result.tar_file_id == 0:
-                staged.first_samples = result.first_samples
+                staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
         if errors:
             raise _shard_errors_report(errors)
         writer.finish()
@@ -333,14 +334,6 @@ def _chmod_tar_indexes(staged: StagedIndex) -> None:
             os.chmod(staged_path, stat.S_IMODE((staged.root / shard).stat().st_mode) | 0o600)
         except OSError:
             pass
-
-
-def _first_samples(shard: ShardIndex) -> list[tuple[str, list[tuple[str, int, int]]]]:
-    samples = []
-    for _, key, index, _, _ in shard.samples[:PREVIEW_SAMPLES]:
-        parts = [(part, offset, size) for _, i, part, offset, size in shard.parts if i == index]
-        samples.append((key, parts))
-    return samples
 
 
 def prepare_dataset(

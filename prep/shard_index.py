@@ -1,7 +1,8 @@
 """Index one shard: group its members into samples by energon's key rule and record their offsets.
 
 The result holds exactly the rows energon 7.4.1 puts into `index.sqlite` for the shard and the offsets
-it puts into the shard's `.tar.idx`. Runs in a worker process; only plain data crosses back.
+it puts into the shard's `.tar.idx`. `shard_rows` keeps them column by column (a few machine words per
+row, cheap to send from a worker process and to insert); `index_shard` gives them as row tuples.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import sys
 from array import array
 from dataclasses import dataclass, field
-from itertools import repeat
-
-import numpy as np
+from itertools import accumulate, chain, repeat
+from typing import TYPE_CHECKING
 
 from prep.errors import ShardError
 from prep.index_format import split_member_name
-from prep.tar_scan import BLOCK, HeaderWalker, check_not_compressed, open_shard
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: How many distinct part names a shard reports for the wizard (energon stops at 50 as well).
 MAX_PART_NAMES = 50
@@ -23,7 +25,7 @@ MAX_PART_NAMES = 50
 
 @dataclass
 class ShardIndex:
-    """The index rows of one shard, ready for bulk insertion."""
+    """The index rows of one shard as tuples, ready for bulk insertion."""
 
     shard: str
     tar_file_id: int
@@ -40,25 +42,113 @@ class ShardIndex:
         return len(self.samples)
 
 
-def index_shard(path: str, shard: str, tar_file_id: int) -> ShardIndex:
-    """Scan one shard's headers and build its index rows.
+def _int_column() -> array:
+    return array("q")
+
+
+@dataclass
+class ShardRows:
+    """The index rows of one shard, column by column: sample i is `sample_keys[i]` starting at
+    `sample_starts[i]`; part j belongs to sample `part_samples[j]`. Equal parts' names share one str.
+
+    The keys are kept as one string (`keys_text`, key i ending at `key_ends[i]`): a hundred thousand keys
+    are then one object to build, send and hold, not a hundred thousand.
+    """
+
+    shard: str
+    tar_file_id: int
+    keys_text: str = ""
+    key_ends: array = field(default_factory=_int_column)
+    sample_starts: array = field(default_factory=_int_column)
+    sample_sizes: array = field(default_factory=_int_column)
+    part_samples: array = field(default_factory=_int_column)
+    part_names: list[str] = field(default_factory=list)
+    part_offsets: array = field(default_factory=_int_column)
+    part_sizes: array = field(default_factory=_int_column)
+    #: Where the end-of-archive marker starts: the last `.tar.idx` offset.
+    end: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.key_ends)
+
+    @property
+    def sample_keys(self) -> list[str]:
+        """The sample keys, in order."""
+        text = self.keys_text
+        return [text[start:end] for start, end in zip(chain((0,), self.key_ends), self.key_ends, strict=False)]
+
+    def set_keys(self, keys: list[str]) -> None:
+        self.keys_text = "".join(keys)
+        self.key_ends = array("q", accumulate(map(len, keys)))
+
+    def offsets(self) -> array:
+        """The `.tar.idx` offsets: each sample's start, then the end."""
+        offsets = array("q", self.sample_starts)
+        offsets.append(self.end)
+        return offsets
+
+    def distinct_part_names(self) -> set[str]:
+        """The first MAX_PART_NAMES distinct part names, for the wizard."""
+        names: dict[str, None] = {}
+        for name in self.part_names:
+            if name not in names:
+                names[name] = None
+                if len(names) == MAX_PART_NAMES:
+                    break
+        return set(names)
+
+    def first_samples(self, count: int) -> list[tuple[str, list[tuple[str, int, int]]]]:
+        """The first `count` samples as (key, [(part, content offset, size)])."""
+        keys = self.sample_keys[:count]
+        samples: list[tuple[str, list[tuple[str, int, int]]]] = [(key, []) for key in keys]
+        for j, sample in enumerate(self.part_samples):
+            if sample >= count:
+                break
+            samples[sample][1].append((self.part_names[j], self.part_offsets[j], self.part_sizes[j]))
+        return samples
+
+    def to_index(self) -> ShardIndex:
+        """The same rows as tuples (sample rows, part rows, `.tar.idx` offsets)."""
+        tar_file_id = self.tar_file_id
+        samples = list(
+            zip(repeat(tar_file_id), self.sample_keys, range(self.count), self.sample_starts, self.sample_sizes)
+        )
+        parts = list(
+            zip(repeat(tar_file_id), self.part_samples, self.part_names, self.part_offsets, self.part_sizes)
+        )
+        return ShardIndex(
+            self.shard, tar_file_id, samples, parts, array("Q", self.offsets()), self.distinct_part_names()
+        )
+
+
+def shard_rows(path: str, shard: str, tar_file_id: int) -> ShardRows:
+    """Scan one shard's headers and build its index rows, column by column.
 
     `path` is the file to read, `shard` its name relative to the dataset root (used in rows and errors).
     Raises ShardError for anything energon could not load correctly.
     """
+    # Imported here: the scan needs numpy, the process that only receives and inserts rows does not.
+    from prep.tar_scan import BLOCK, HeaderWalker, check_not_compressed, open_shard
+
     buffer = open_shard(path, shard)
     try:
         check_not_compressed(shard, buffer[:BLOCK])
         walker = HeaderWalker(shard, buffer)
         members = walker.scan()
         walker.verify_checksums()
-        result = ShardIndex(shard, tar_file_id)
-        if not _group_vectorised(result, *members, walker.end):
-            _group_one_by_one(result, *members, walker.end)
-        return result
+        rows = ShardRows(shard, tar_file_id, end=walker.end)
+        if not _group_vectorised(rows, *members):
+            _group_one_by_one(rows, *members)
+        return rows
     finally:
         if hasattr(buffer, "close"):
             buffer.close()
+
+
+def index_shard(path: str, shard: str, tar_file_id: int) -> ShardIndex:
+    """`shard_rows` as row tuples."""
+    return shard_rows(path, shard, tar_file_id).to_index()
 
 
 def _scattered_key(shard: str, key: str, first: int, again: int) -> ShardError:
@@ -72,15 +162,13 @@ def _scattered_key(shard: str, key: str, first: int, again: int) -> ShardError:
     )
 
 
-def _group_one_by_one(
-    result: ShardIndex, names: list[str], starts: array, data_offsets: array, sizes: array, end: int
-) -> None:
+def _group_one_by_one(rows: ShardRows, names: list[str], starts: array, data_offsets: array, sizes: array) -> None:
     """Group members into samples by energon's key rule, member by member (any name energon accepts)."""
-    tar_file_id, shard = result.tar_file_id, result.shard
-    samples, parts, offsets, part_names = result.samples, result.parts, result.offsets, result.part_names
+    shard = rows.shard
     seen: dict[str, int] = {}
+    keys: list[str] = []
+    shared_names: dict[str, str] = {}
     key: str | None = None
-    start = 0
     index = -1
     for name, member_start, offset_data, size in zip(names, starts, data_offsets, sizes, strict=True):
         split = split_member_name(name)
@@ -88,26 +176,34 @@ def _group_one_by_one(
             continue
         member_key, part = split
         if member_key != key:
-            if key is not None:
-                samples.append((tar_file_id, key, index, start, member_start - start))
             if member_key in seen:
                 raise _scattered_key(shard, member_key, seen[member_key], member_start)
-            key, start, index = member_key, member_start, index + 1
-            seen[key] = start
-            offsets.append(start)
-        if len(part_names) < MAX_PART_NAMES:
-            part_names.add(part)
-        parts.append((tar_file_id, index, part, offset_data, size))
-    if key is not None:
-        samples.append((tar_file_id, key, index, start, end - start))
-    offsets.append(end)
+            key, index = member_key, index + 1
+            seen[key] = member_start
+            keys.append(key)
+            rows.sample_starts.append(member_start)
+        rows.part_samples.append(index)
+        rows.part_names.append(shared_names.setdefault(part, part))
+        rows.part_offsets.append(offset_data)
+        rows.part_sizes.append(size)
+    rows.set_keys(keys)
+    rows.sample_sizes = _sizes(rows.sample_starts, rows.end)
 
 
-def _group_vectorised(
-    result: ShardIndex, names: list[str], starts: array, data_offsets: array, sizes: array, end: int
-) -> bool:
+def _sizes(starts: array, end: int) -> array:
+    """Each sample's size: from its start to the next sample's start (the last one to `end`)."""
+    sizes = array("q", starts[1:])
+    sizes.append(end)
+    for i, start in enumerate(starts):
+        sizes[i] -= start
+    return sizes
+
+
+def _group_vectorised(rows: ShardRows, names: list[str], starts: array, data_offsets: array, sizes: array) -> bool:
     """The same grouping with numpy string operations, when every name takes energon's plain path
     (a dot in a base name that does not start with one, no `__meta__` prefix). False: not applicable."""
+    import numpy as np
+
     if not names or not hasattr(np, "strings") or not hasattr(np.strings, "slice"):
         return False
     table = np.array(names)
@@ -119,30 +215,51 @@ def _group_vectorised(
     first_part = np.empty(len(keys), dtype=bool)
     first_part[0] = True
     np.not_equal(keys[1:], keys[:-1], out=first_part[1:])
-    sample_keys = keys[first_part].tolist()
+    sample_keys = keys[first_part]
+    del keys
     member_starts = np.frombuffer(starts, dtype=np.int64)
     sample_starts = member_starts[first_part]
-    if len(set(sample_keys)) != len(sample_keys):
+    if not (sample_keys[1:] > sample_keys[:-1]).all():  # not sorted: maybe not unique either
         seen: dict[str, int] = {}
-        for key, at in zip(sample_keys, sample_starts.tolist(), strict=True):
+        for key, at in zip(sample_keys.tolist(), sample_starts.tolist(), strict=True):
             if key in seen:
-                raise _scattered_key(result.shard, key, seen[key], at)
+                raise _scattered_key(rows.shard, key, seen[key], at)
             seen[key] = at
-    tar_file_id = result.tar_file_id
-    sample_sizes = np.diff(sample_starts, append=end)
-    result.samples = list(
-        zip(repeat(tar_file_id), sample_keys, range(len(sample_keys)), sample_starts.tolist(),
-            sample_sizes.tolist(), strict=False)
-    )
-    part_list = np.strings.slice(table, dot + 1, None).tolist()
-    result.parts = list(
-        zip(repeat(tar_file_id), (np.cumsum(first_part) - 1).tolist(), part_list, data_offsets, sizes,
-            strict=False)
-    )
-    result.part_names = set(list(dict.fromkeys(part_list))[:MAX_PART_NAMES])
-    result.offsets = array("Q", sample_starts.tolist())
-    result.offsets.append(end)
+    rows.keys_text, rows.key_ends = _joined(sample_keys)
+    rows.sample_starts = _column(sample_starts)
+    rows.sample_sizes = _column(np.diff(sample_starts, append=rows.end))
+    rows.part_samples = _column(np.cumsum(first_part) - 1)
+    parts = np.strings.slice(table, dot + 1, None)
+    del table, dot, slash
+    if (parts == parts[0]).all():
+        rows.part_names = [str(parts[0])] * len(parts)
+    else:  # one str per distinct part name, shared by its rows
+        distinct, which = np.unique(parts, return_inverse=True)
+        names_of = distinct.tolist()
+        rows.part_names = [names_of[i] for i in which.tolist()]
+    rows.part_offsets = data_offsets
+    rows.part_sizes = sizes
     return True
+
+
+def _joined(texts: np.ndarray) -> tuple[str, array]:
+    """A numpy str array as one string and the end of each element in it, without a str per element.
+
+    The elements hold no NULs (a member name ends at its first NUL), so numpy's NUL padding marks their
+    ends exactly."""
+    import numpy as np
+
+    width = texts.dtype.itemsize // 4
+    if width == 0:
+        return "", array("q", bytes(8 * len(texts)))
+    code_points = texts.view(np.uint32).reshape(len(texts), width)
+    encoding = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
+    text = code_points[code_points != 0].tobytes().decode(encoding)
+    return text, _column(np.cumsum(np.strings.str_len(texts)))
+
+
+def _column(values: np.ndarray) -> array:
+    return array("q", values.astype("=i8", copy=False).tobytes())
 
 
 def tar_index_bytes(offsets: array) -> bytes:

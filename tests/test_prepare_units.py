@@ -166,7 +166,7 @@ def test_vectorised_scan_agrees_with_the_header_walk(tmp_path: Path) -> None:
 
 
 def test_vectorised_grouping_agrees_with_member_by_member_grouping(tmp_path: Path) -> None:
-    from prep.shard_index import ShardIndex, _group_one_by_one, _group_vectorised
+    from prep.shard_index import ShardRows, _group_one_by_one, _group_vectorised
     from prep.tar_scan import HeaderWalker, open_shard
     from tests.shard_makers import sample_members, write_tarfile
 
@@ -174,8 +174,8 @@ def test_vectorised_grouping_agrees_with_member_by_member_grouping(tmp_path: Pat
     shard = write_tarfile(tmp_path / "s.tar", members)
     walker = HeaderWalker("s.tar", open_shard(str(shard), "s.tar"))
     scanned = walker.scan()
-    vectorised, one_by_one = ShardIndex("s.tar", 3), ShardIndex("s.tar", 3)
-    assert _group_vectorised(vectorised, *scanned, walker.end)
-    _group_one_by_one(one_by_one, *scanned, walker.end)
-    assert vectorised == one_by_one
-    assert vectorised.count == 30 and len(vectorised.parts) == 90
+    vectorised, one_by_one = ShardRows("s.tar", 3, end=walker.end), ShardRows("s.tar", 3, end=walker.end)
+    assert _group_vectorised(vectorised, *scanned)
+    _group_one_by_one(one_by_one, *scanned)
+    assert vectorised.to_index() == one_by_one.to_index()
+    assert vectorised.count == 30 and len(vectorised.to_index().parts) == 90
