@@ -186,6 +186,7 @@ class FuseSession:
         buffer = bytearray(READ_BUFFER)
         view = memoryview(buffer)
         handlers = self._handlers
+        request_head = wire.IN_HEADER_START.unpack_from
         try:
             while True:
                 try:
@@ -198,7 +199,7 @@ class FuseSession:
                     return  # ENODEV: unmounted
                 if length < wire.IN_HEADER.size:
                     continue
-                _, opcode, unique, nodeid = wire.IN_HEADER.unpack_from(buffer)[:4]
+                _, opcode, unique, nodeid = request_head(buffer)
                 if self.trace:
                     print(f"fuse: {_opcode_name(opcode)} node {nodeid}", file=sys.stderr, flush=True)
                 if opcode in wire.NO_REPLY:
@@ -223,10 +224,9 @@ class FuseSession:
             self.finished.set()
 
     # -- replies -------------------------------------------------------------------------------------
-    def _reply(self, unique: int, *body: bytes | memoryview) -> None:
-        length = wire.OUT_HEADER.size + sum(len(part) for part in body)
+    def _reply(self, unique: int, body: bytes | memoryview = b"") -> None:
         try:
-            os.writev(self.device, [wire.OUT_HEADER.pack(length, 0, unique), *body])
+            os.writev(self.device, (wire.OUT_HEADER.pack(wire.OUT_HEADER.size + len(body), 0, unique), body))
         except FileNotFoundError:  # the caller gave up (interrupted) before the answer came
             pass
 
@@ -246,7 +246,7 @@ class FuseSession:
         self.initialised.set()
 
     def _lookup(self, unique: int, nodeid: int, body: memoryview) -> None:
-        name = bytes(body).rstrip(b"\0").decode("utf-8", "surrogateescape")
+        name = str(body[:-1], "utf-8", "surrogateescape")  # the name ends with one NUL
         node = self.tree.lookup(nodeid, name)
         if node is None:  # a negative entry: the kernel remembers the name is absent
             self._reply(unique, self.packer.negative_entry())

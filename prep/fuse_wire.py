@@ -98,6 +98,7 @@ MIN_READ_BUFFER = 8192
 ROOT_ID = 1
 
 IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid, pid, total_extlen, pad
+IN_HEADER_START = struct.Struct("<IIQQ")  # the part of it a read-only filesystem needs
 OUT_HEADER = struct.Struct("<IiQ")  # len, error (negative errno), unique
 INIT_IN = struct.Struct("<IIII")  # major, minor, max_readahead, flags (flags2 follows from 7.36)
 INIT_OUT = struct.Struct("<IIIIHHIIHHI7I")  # ... max_background, congestion, max_write, time_gran, max_pages
