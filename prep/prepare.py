@@ -11,11 +11,13 @@ The steps are plain functions over plain data: find the shards (`shard_list`), i
 from __future__ import annotations
 
 import ctypes
+import importlib
 import multiprocessing
 import os
 import signal
 import stat
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -302,7 +304,11 @@ def _index_into(
                 staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
         if errors:
             raise _shard_errors_report(errors)
+        # sqlite builds the indexes without holding the GIL: meanwhile load what writes the YAML files.
+        loading = threading.Thread(target=importlib.import_module, args=("yaml",), daemon=True)
+        loading.start()
         writer.finish()
+        loading.join()
     except BaseException:
         writer.abort()
         raise

@@ -51,8 +51,8 @@ class ShardRows:
     """The index rows of one shard, column by column: sample i is `sample_keys[i]` starting at
     `sample_starts[i]`; part j belongs to sample `part_samples[j]`. Equal parts' names share one str.
 
-    The keys are kept as one string (`keys_text`, key i ending at `key_ends[i]`): a hundred thousand keys
-    are then one object to build, send and hold, not a hundred thousand.
+    The keys are kept as one string, each followed by a NUL (`keys_text`, key i ending at `key_ends[i]`): a
+    hundred thousand keys are then one object to build, send and hold, not a hundred thousand.
     """
 
     shard: str
@@ -75,12 +75,14 @@ class ShardRows:
     @property
     def sample_keys(self) -> list[str]:
         """The sample keys, in order."""
-        text = self.keys_text
-        return [text[start:end] for start, end in zip(chain((0,), self.key_ends), self.key_ends, strict=False)]
+        text, ends = self.keys_text, self.key_ends
+        if text.count("\0") == len(ends):  # no key holds a NUL itself
+            return text.split("\0")[:-1]
+        return [text[start:end] for start, end in zip(chain((0,), (end + 1 for end in ends)), ends, strict=False)]
 
     def set_keys(self, keys: list[str]) -> None:
-        self.keys_text = "".join(keys)
-        self.key_ends = array("q", accumulate(map(len, keys)))
+        self.keys_text = "\0".join(keys) + "\0" if keys else ""
+        self.key_ends = array("q", (end - 1 for end in accumulate(len(key) + 1 for key in keys)))
 
     def offsets(self) -> array:
         """The `.tar.idx` offsets: each sample's start, then the end."""
@@ -243,19 +245,22 @@ def _group_vectorised(rows: ShardRows, names: list[str], starts: array, data_off
 
 
 def _joined(texts: np.ndarray) -> tuple[str, array]:
-    """A numpy str array as one string and the end of each element in it, without a str per element.
+    """A numpy str array as one string, each element followed by a NUL, and the end of each element in it,
+    without a str per element.
 
     The elements hold no NULs (a member name ends at its first NUL), so numpy's NUL padding marks their
     ends exactly."""
     import numpy as np
 
     width = texts.dtype.itemsize // 4
-    if width == 0:
-        return "", array("q", bytes(8 * len(texts)))
-    code_points = texts.view(np.uint32).reshape(len(texts), width)
+    code_points = np.zeros((len(texts), width + 1), dtype=np.uint32)
+    if width:
+        code_points[:, :width] = texts.view(np.uint32).reshape(len(texts), width)
+    keep = code_points != 0
+    keep[:, width] = True
     encoding = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
-    text = code_points[code_points != 0].tobytes().decode(encoding)
-    return text, _column(np.cumsum(np.strings.str_len(texts)))
+    text = code_points[keep].tobytes().decode(encoding)
+    return text, _column(np.cumsum(np.strings.str_len(texts) + 1) - 1)
 
 
 def _column(values: np.ndarray) -> array:
