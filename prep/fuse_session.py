@@ -43,6 +43,8 @@ CACHE_SECONDS = 3600
 MAX_PAGES = 256  # reads of up to 1 MiB per request
 READ_BUFFER = 1 << 17  # more than any request a read-only filesystem accepts (names, xattr values)
 SLOW_READ_THREADS = 4
+PREFETCH_BYTES = 64 * 1024  # files up to this size are read when looked up
+PREFETCHED_FILES = 256
 
 
 def fuse_problem() -> str | None:
@@ -157,6 +159,7 @@ class FuseSession:
         self.packer = wire.NodePacker(owner.uid, owner.gid, owner.time_s, owner.time_ns, CACHE_SECONDS)
         self.initialised = threading.Event()
         self.finished = threading.Event()
+        self._prefetched: dict[int, memoryview] = {}
         self._slow_reads = ThreadPoolExecutor(SLOW_READ_THREADS, thread_name_prefix="fuse-read")
         self._handlers: dict[int, Callable[[int, int, memoryview], None]] = {
             wire.Opcode.INIT: self._init,
@@ -252,6 +255,16 @@ class FuseSession:
             self._reply(unique, self.packer.negative_entry())
             return
         self._reply(unique, self.packer.entry(node.id, node.is_dir, node.size))
+        if not node.is_dir and node.size <= PREFETCH_BYTES:
+            # A small file is looked up to be read: read it now, while the kernel finishes the lookup
+            # and the caller opens it, so its READ is answered at once. Only from the page cache.
+            try:
+                data = self.tree.read_cached(node.id, 0, node.size)
+            except OSError:
+                return
+            if len(self._prefetched) >= PREFETCHED_FILES:
+                self._prefetched = {}
+            self._prefetched[node.id] = data
 
     def _getattr(self, unique: int, nodeid: int, body: memoryview) -> None:
         node = self.tree.node(nodeid)
@@ -261,6 +274,10 @@ class FuseSession:
 
     def _read(self, unique: int, nodeid: int, body: memoryview) -> None:
         _, offset, size, _ = wire.READ_IN.unpack_from(body)
+        prefetched = self._prefetched.get(nodeid)
+        if prefetched is not None:
+            self._reply(unique, prefetched[offset : offset + size])
+            return
         try:
             data = self.tree.read_cached(nodeid, offset, size)
         except BlockingIOError:

@@ -257,11 +257,13 @@ def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, 
     folder = work / f"extracted-{name}"
     log(f"[{name}] extracting to {folder}")
     extract(dataset, folder)
-    row = {"ls_R_s_flat": time_ls(folder)}
     per_sample = work / f"extracted-per-sample-{name}"
     log(f"[{name}] extracting a folder per sample to {per_sample}")
     extract_per_sample(dataset, per_sample)
-    row["ls_R_s_sample"] = time_ls(per_sample)
+    # The reference is a normal folder as a user meets it after a first look: names and pages cached,
+    # as the shards are for the mounts.
+    time_ls(folder), time_ls(per_sample), time_reads(folder, chosen, 1)
+    row = {"ls_R_s_flat": time_ls(folder), "ls_R_s_sample": time_ls(per_sample)}
     for readers in (1, 4):
         row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = time_reads(folder, chosen, readers)
     results["extracted"] = row
