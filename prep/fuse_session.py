@@ -5,10 +5,11 @@ would not answer faster, and a request handed between threads costs more than mo
 The one thing that can wait long is reading a part from the disk, so a read is first tried from the
 page cache only, and one that would wait goes to a small pool of threads that may. A request costs
 one `readv` and one `write` plus the filesystem's own work: there is no C library in between, so no
-per-call marshalling, and the features that save round trips are switched on at INIT — listings
-with attributes (READDIRPLUS), so a name listed once needs no lookup; no OPEN, OPENDIR, FLUSH or
-xattr requests at all, since the kernel stops sending those once they are answered ENOSYS; and
-long cache lifetimes, since a mounted dataset never changes.
+per-call marshalling; a small file is read as soon as it is looked up, so its READ is answered from
+memory. The features that save round trips are switched on at INIT — listings with attributes
+(READDIRPLUS), so a name listed once needs no lookup; no OPEN, OPENDIR, FLUSH or xattr requests at
+all, since the kernel stops sending those once they are answered ENOSYS; and long cache lifetimes,
+since a mounted dataset never changes.
 
 Mounting uses `fusermount3` (so ordinary users can mount) and falls back to mount(2) for root.
 """
@@ -160,6 +161,7 @@ class FuseSession:
         self.initialised = threading.Event()
         self.finished = threading.Event()
         self._prefetched: dict[int, memoryview] = {}
+        self._usage: tuple[int, int] | None = None
         self._slow_reads = ThreadPoolExecutor(SLOW_READ_THREADS, thread_name_prefix="fuse-read")
         self._handlers: dict[int, Callable[[int, int, memoryview], None]] = {
             wire.Opcode.INIT: self._init,
@@ -331,7 +333,10 @@ class FuseSession:
         self._reply(unique, b"".join(pieces))
 
     def _statfs(self, unique: int, nodeid: int, body: memoryview) -> None:
-        self._reply(unique, wire.pack_statfs(0, 0))
+        if self._usage is None:  # one scan of the parts table, on the first `df`
+            self._usage = self.tree.usage()
+        total_bytes, parts = self._usage
+        self._reply(unique, wire.pack_statfs((total_bytes + 511) // 512, parts))
 
     def _destroy(self, unique: int, nodeid: int, body: memoryview) -> None:
         self._reply(unique)

@@ -199,4 +199,4 @@ def pack_init_reply(kernel_flags: int, max_pages: int) -> bytes:
 
 def pack_statfs(blocks: int, files: int) -> bytes:
     """A `fuse_kstatfs` for a full, read-only filesystem of `blocks` 512-byte blocks."""
-    return KSTATFS.pack(blocks, 0, 0, files, 0, 512, 255, 512, 0, *([0] * 6))
+    return KSTATFS.pack(blocks, 0, 0, files, 0, 512, 4096, 512, 0, *([0] * 6))

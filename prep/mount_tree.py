@@ -153,7 +153,8 @@ class MountTree:
             self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
             sample_filter = " AND {}tar_file_id IN (" + ",".join(map(str, sorted(self.allowed))) + ")"
         self._part_of_key = _PART_OF_KEY.format(filter=sample_filter.format("s."))
-        self._all_parts = _ALL_PARTS.format(filter=sample_filter.format("sp."))
+        self._part_filter = sample_filter.format("sp.")
+        self._all_parts = _ALL_PARTS.format(filter=self._part_filter)
         self._all_samples = _ALL_SAMPLES.format(filter=sample_filter.format(""))
         # The shard view's folders (shards number thousands, not millions): children by shown name, and
         # for a shard's own folder the shard's tar_file_id. Folder 0 is the root.
@@ -302,6 +303,12 @@ class MountTree:
         children = list(self._folders[number].items())
         return Listing(True, [(name, child, 0, position + FIRST_COOKIE)
                               for position, (name, child) in enumerate(children) if position > start][:limit])  # fmt: skip
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes, files) of the parts this tree shows, for `df`."""
+        query = "SELECT COALESCE(SUM(sp.content_byte_size), 0), COUNT(*) FROM sample_parts sp WHERE 1{filter}"
+        total_bytes, parts = self._db().execute(query.format(filter=self._part_filter)).fetchone()
+        return int(total_bytes), int(parts)
 
     # -- bytes ---------------------------------------------------------------------------------------
     def read(self, node: int, offset: int, size: int) -> bytes:

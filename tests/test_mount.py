@@ -279,7 +279,9 @@ def test_file_sizes_and_folder_attributes_come_from_the_index(base, tmp_path):
             assert info.st_mode & 0o777 == 0o444
         folder = os.stat(mounted.mountpoint / "s0_000")
         assert stat.S_ISDIR(folder.st_mode) and folder.st_mode & 0o777 == 0o555
-        assert os.statvfs(mounted.mountpoint).f_namemax > 0
+        usage = os.statvfs(mounted.mountpoint)
+        assert usage.f_files == len(expected)
+        assert 0 <= usage.f_blocks * usage.f_frsize - sum(map(len, expected.values())) < usage.f_frsize
 
 
 def test_debug_traces_each_request_in_the_foreground(base, tmp_path):
