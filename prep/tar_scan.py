@@ -584,13 +584,32 @@ def _int_array(values: np.ndarray) -> array:
     return array("q", values.astype(np.int64, copy=False).tobytes())
 
 
+#: How tar writers fill a numeric field of each width: that many octal digits, then a NUL.
+_USUAL_DIGITS = {12: 11, 8: 6}
+_DIGIT_WEIGHTS = {digits: 8 ** np.arange(digits - 1, -1, -1, dtype=np.int64) for digits in _USUAL_DIGITS.values()}
+
+
 def _octal_fields(field: np.ndarray) -> np.ndarray:
     """Vectorised tar octal fields: digits accumulate, spaces are skipped, a NUL ends the number.
 
-    Each digit is shifted by three bits per digit that follows it before the NUL. Headers whose value
-    disagrees are re-checked one by one with the exact rules, so this only has to be right for the usual
-    encodings.
+    Fields written the usual way (see _USUAL_DIGITS) are read as one product with the digit weights; the
+    rest take the general rule. Headers whose value disagrees are re-checked one by one with the exact
+    rules, so this only has to be right for the usual encodings.
     """
+    digits = _USUAL_DIGITS.get(field.shape[1])
+    if digits is None:
+        return _octal_fields_general(field)
+    head, after = field[:, :digits], field[:, digits]
+    usual = ((head >= 48) & (head <= 55)).all(axis=1) & (after == 0)
+    values = (head.astype(np.int64) - 48) @ _DIGIT_WEIGHTS[digits]
+    if not usual.all():
+        values[~usual] = _octal_fields_general(field[~usual])
+    return values
+
+
+def _octal_fields_general(field: np.ndarray) -> np.ndarray:
+    """`_octal_fields` for any layout: each digit is shifted by three bits per digit that follows it
+    before the NUL."""
     chars = field.T.astype(np.int64)  # one row per character position: numpy runs along the headers
     active = np.logical_and.accumulate(chars != 0, axis=0)
     digit = active & (chars >= 48) & (chars <= 55)
