@@ -104,20 +104,36 @@ def _become_subreaper() -> None:
         pass
 
 
-def _parent_map() -> dict[int, int]:
-    """pid -> parent pid for every process visible in /proc."""
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` from /proc, or None once it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    # The command name sits in parentheses and may itself hold spaces or parentheses.
+    return int(data[data.rfind(b")") + 2 :].split()[1])
+
+
+def _parent_map(known: dict[int, int] | None = None) -> dict[int, int]:
+    """pid -> parent pid for every process visible in /proc.
+
+    With ``known`` (the previous map) only new pids, and pids whose parent has gone (an orphan is
+    re-parented), are read again: the sampler runs beside the measured program, and reading every
+    process's stat file each time costs a few percent of a core. A pid freed and reused between two
+    samples (pids cycle through the whole pid space first) would keep its old parent.
+    """
+    known = known or {}
+    pids = [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
+    present = set(pids)
     parents: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                data = stat.read()
-        except OSError:
-            continue
-        # The command name sits in parentheses and may itself hold spaces or parentheses.
-        fields = data[data.rfind(b")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
+    for pid in pids:
+        parent = known.get(pid)
+        if parent is None or (parent not in present and parent > 1):
+            parent = _parent_of(pid)
+            if parent is None:
+                continue
+        parents[pid] = parent
     return parents
 
 
@@ -167,9 +183,11 @@ class TreeSampler(threading.Thread):
         self.peak_count = 0
         self._halt = threading.Event()
         self._me = os.getpid()
+        self._parents: dict[int, int] = {}
 
     def sample_once(self) -> None:
-        pids = descendants(self._me, _parent_map()) - self.excluded
+        self._parents = _parent_map(self._parents)
+        pids = descendants(self._me, self._parents) - self.excluded
         rss_total = pss_total = anon_total = 0
         for pid in pids:
             rss, pss, anon = _memory(pid, self.with_pss)
