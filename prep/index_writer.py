@@ -33,8 +33,9 @@ INDEX_BUILD_CACHE_KIB = 16384
 def shard_rows_database(shard: ShardIndex) -> bytes:
     """One shard's rows as a serialised in-memory sqlite database.
 
-    Built in the scanning worker, so the per-row cost of binding parameters runs in parallel; the main
-    process then moves whole tables with one INSERT ... SELECT each.
+    `write` builds it in the worker that wrote the shard, so the per-row cost of binding parameters runs in
+    parallel; `add_shard` then moves whole tables with one INSERT ... SELECT each. (`prepare` sends rows
+    as columns instead, see `add_rows`.)
     """
     db = sqlite3.connect(":memory:", isolation_level=None)
     try:
@@ -91,6 +92,20 @@ def insert_columns(db: sqlite3.Connection, table: str, tar_file_id: int, columns
         db.execute(statement, values)
 
 
+class _SampleKeys:
+    """The sample keys of a ShardRows as a column of `insert_columns`, cut into str objects a statement's
+    worth at a time."""
+
+    def __init__(self, rows: ShardRows) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows.count
+
+    def __getitem__(self, rows: slice) -> list[str]:
+        return self.rows.keys_between(rows.start, rows.stop)
+
+
 class SqliteIndexWriter:
     """Builds a fresh `index.sqlite` at `path` from ShardIndex results, shard by shard."""
 
@@ -141,7 +156,7 @@ class SqliteIndexWriter:
         index raises DuplicateKeyError naming both places."""
         self.db.execute("BEGIN")
         try:
-            samples = [rows.sample_keys, range(rows.count), rows.sample_starts, rows.sample_sizes]
+            samples = [_SampleKeys(rows), range(rows.count), rows.sample_starts, rows.sample_sizes]
             insert_columns(self.db, "samples", rows.tar_file_id, samples)
         except sqlite3.IntegrityError:
             self.db.execute("ROLLBACK")

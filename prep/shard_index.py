@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from array import array
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from typing import TYPE_CHECKING
 
 from prep.errors import ShardError
@@ -75,10 +75,18 @@ class ShardRows:
     @property
     def sample_keys(self) -> list[str]:
         """The sample keys, in order."""
+        return self.keys_between(0, self.count)
+
+    def keys_between(self, start: int, stop: int) -> list[str]:
+        """The keys of samples `start` to `stop` (exclusive)."""
+        if stop <= start:
+            return []
         text, ends = self.keys_text, self.key_ends
-        if text.count("\0") == len(ends):  # no key holds a NUL itself
-            return text.split("\0")[:-1]
-        return [text[start:end] for start, end in zip(chain((0,), (end + 1 for end in ends)), ends, strict=False)]
+        keys = text[ends[start - 1] + 1 if start else 0 : ends[stop - 1]].split("\0")
+        if len(keys) == stop - start:
+            return keys
+        # a key holds a NUL itself (only a PAX path can): cut by the recorded ends
+        return [text[ends[i - 1] + 1 if i else 0 : ends[i]] for i in range(start, stop)]
 
     def set_keys(self, keys: list[str]) -> None:
         self.keys_text = "\0".join(keys) + "\0" if keys else ""
@@ -92,13 +100,7 @@ class ShardRows:
 
     def distinct_part_names(self) -> set[str]:
         """The first MAX_PART_NAMES distinct part names, for the wizard."""
-        names: dict[str, None] = {}
-        for name in self.part_names:
-            if name not in names:
-                names[name] = None
-                if len(names) == MAX_PART_NAMES:
-                    break
-        return set(names)
+        return set(list(dict.fromkeys(self.part_names))[:MAX_PART_NAMES])
 
     def first_samples(self, count: int) -> list[tuple[str, list[tuple[str, int, int]]]]:
         """The first `count` samples as (key, [(part, content offset, size)])."""
@@ -203,17 +205,31 @@ def _sizes(starts: array, end: int) -> array:
 
 def _group_vectorised(rows: ShardRows, names: list[str], starts: array, data_offsets: array, sizes: array) -> bool:
     """The same grouping with numpy string operations, when every name takes energon's plain path
-    (a dot in a base name that does not start with one, no `__meta__` prefix). False: not applicable."""
+    (a dot in a base name that does not start with one, no `__meta__` prefix). False: not applicable.
+
+    Where it applies it empties `names`, to hold a big shard's names once rather than twice."""
     import numpy as np
 
     if not names or not hasattr(np, "strings") or not hasattr(np.strings, "slice"):
         return False
-    table = np.array(names)
-    slash = np.strings.rfind(table, "/")
-    dot = np.strings.find(table, ".", slash + 1)
-    if (dot <= slash + 1).any() or np.strings.startswith(table, "__").any():
+    # UTF-8 bytes: a quarter of numpy's str size, and "/" and "." are single bytes that never occur inside
+    # a multi-byte character, so positions found in bytes cut the names where the characters would.
+    table = np.array([name.encode() for name in names])
+    slash = np.strings.rfind(table, b"/")
+    dot = np.strings.find(table, b".", slash + 1)
+    if (dot <= slash + 1).any() or np.strings.startswith(table, b"__").any():
         return False
+    names.clear()  # the table holds the names now: free the list early (a big shard's peak memory)
+    parts = np.strings.slice(table, dot + 1, None)
+    if (parts == parts[0]).all():
+        rows.part_names = [parts[0].decode()] * len(parts)
+    else:  # one str per distinct part name, shared by its rows
+        distinct, which = np.unique(parts, return_inverse=True)
+        names_of = [name.decode() for name in distinct.tolist()]
+        rows.part_names = [names_of[i] for i in which.tolist()]
+    del parts
     keys = np.strings.slice(table, 0, dot)
+    del table, dot, slash
     first_part = np.empty(len(keys), dtype=bool)
     first_part[0] = True
     np.not_equal(keys[1:], keys[:-1], out=first_part[1:])
@@ -225,42 +241,35 @@ def _group_vectorised(rows: ShardRows, names: list[str], starts: array, data_off
         seen: dict[str, int] = {}
         for key, at in zip(sample_keys.tolist(), sample_starts.tolist(), strict=True):
             if key in seen:
-                raise _scattered_key(rows.shard, key, seen[key], at)
+                raise _scattered_key(rows.shard, key.decode(), seen[key], at)
             seen[key] = at
     rows.keys_text, rows.key_ends = _joined(sample_keys)
+    del sample_keys
     rows.sample_starts = _column(sample_starts)
     rows.sample_sizes = _column(np.diff(sample_starts, append=rows.end))
     rows.part_samples = _column(np.cumsum(first_part) - 1)
-    parts = np.strings.slice(table, dot + 1, None)
-    del table, dot, slash
-    if (parts == parts[0]).all():
-        rows.part_names = [str(parts[0])] * len(parts)
-    else:  # one str per distinct part name, shared by its rows
-        distinct, which = np.unique(parts, return_inverse=True)
-        names_of = distinct.tolist()
-        rows.part_names = [names_of[i] for i in which.tolist()]
     rows.part_offsets = data_offsets
     rows.part_sizes = sizes
     return True
 
 
 def _joined(texts: np.ndarray) -> tuple[str, array]:
-    """A numpy str array as one string, each element followed by a NUL, and the end of each element in it,
-    without a str per element.
+    """A numpy array of UTF-8 bytes as one string, each element followed by a NUL, and the end of each
+    element in it (in characters), without a str per element.
 
     The elements hold no NULs (a member name ends at its first NUL), so numpy's NUL padding marks their
     ends exactly."""
     import numpy as np
 
-    width = texts.dtype.itemsize // 4
-    code_points = np.zeros((len(texts), width + 1), dtype=np.uint32)
-    if width:
-        code_points[:, :width] = texts.view(np.uint32).reshape(len(texts), width)
-    keep = code_points != 0
+    width = texts.dtype.itemsize
+    raw = np.zeros((len(texts), width + 1), dtype=np.uint8)
+    raw[:, :width] = texts.view(np.uint8).reshape(len(texts), width)
+    keep = raw != 0
     keep[:, width] = True
-    encoding = "utf-32-le" if sys.byteorder == "little" else "utf-32-be"
-    text = code_points[keep].tobytes().decode(encoding)
-    return text, _column(np.cumsum(np.strings.str_len(texts) + 1) - 1)
+    text = raw[keep].tobytes().decode("utf-8")
+    # a character starts at every byte but the continuation bytes 0b10xxxxxx
+    characters = (keep & ((raw & 0xC0) != 0x80)).sum(axis=1)
+    return text, _column(np.cumsum(characters) - 1)
 
 
 def _column(values: np.ndarray) -> array:

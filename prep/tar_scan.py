@@ -32,8 +32,8 @@ GNU_LONGNAME, GNU_LONGLINK, GNU_SPARSE = ord("L"), ord("K"), ord("S")
 PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED = ord("x"), ord("g"), ord("X")
 EXTENSION_TYPES = frozenset((GNU_LONGNAME, GNU_LONGLINK, PAX_EXTENDED, PAX_GLOBAL, SOLARIS_EXTENDED))
 AREGTYPE = 0
-#: Blocks the vectorised scan reads before releasing them (4 MiB).
-WINDOW_BLOCKS = 8192
+#: Blocks the vectorised scan reads before releasing them (2 MiB).
+WINDOW_BLOCKS = 4096
 #: The header walk sums the checksums of this many headers at a time.
 CHECKSUM_BATCH = 2048
 #: The header walk releases the pages behind it every this many bytes.

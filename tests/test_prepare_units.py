@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -165,17 +166,19 @@ def test_vectorised_scan_agrees_with_the_header_walk(tmp_path: Path) -> None:
     assert taken >= 3  # long names and long links (PAX path, GNU K) take the walk
 
 
-def test_vectorised_grouping_agrees_with_member_by_member_grouping(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefix", ["a.b/x", "dü€𝄞.x/ké"])
+def test_vectorised_grouping_agrees_with_member_by_member_grouping(tmp_path: Path, prefix: str) -> None:
     from prep.shard_index import ShardRows, _group_one_by_one, _group_vectorised
     from prep.tar_scan import HeaderWalker, open_shard
     from tests.shard_makers import sample_members, write_tarfile
 
-    members = sample_members("a.b/x", 30, {"jpg": b"j%d", "seg.0.txt": b"t%d", "json": b"{}"})
+    members = sample_members(prefix, 30, {"jpg": b"j%d", "ség.0.txt": b"t%d", "json": b"{}"})
     shard = write_tarfile(tmp_path / "s.tar", members)
     walker = HeaderWalker("s.tar", open_shard(str(shard), "s.tar"))
     scanned = walker.scan()
     vectorised, one_by_one = ShardRows("s.tar", 3, end=walker.end), ShardRows("s.tar", 3, end=walker.end)
-    assert _group_vectorised(vectorised, *scanned)
     _group_one_by_one(one_by_one, *scanned)
+    assert _group_vectorised(vectorised, *scanned)  # empties the names list
     assert vectorised.to_index() == one_by_one.to_index()
     assert vectorised.count == 30 and len(vectorised.to_index().parts) == 90
+    assert vectorised.sample_keys[0] == f"{prefix}00000" and vectorised.keys_between(29, 30) == [f"{prefix}00029"]
