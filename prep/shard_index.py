@@ -89,6 +89,7 @@ class ShardRows:
         return [text[ends[i - 1] + 1 if i else 0 : ends[i]] for i in range(start, stop)]
 
     def set_keys(self, keys: list[str]) -> None:
+        """Hold `keys` as the sample keys, in order."""
         self.keys_text = "\0".join(keys) + "\0" if keys else ""
         self.key_ends = array("q", (end - 1 for end in accumulate(len(key) + 1 for key in keys)))
 
@@ -104,7 +105,7 @@ class ShardRows:
 
     def first_samples(self, count: int) -> list[tuple[str, list[tuple[str, int, int]]]]:
         """The first `count` samples as (key, [(part, content offset, size)])."""
-        keys = self.sample_keys[:count]
+        keys = self.keys_between(0, min(count, self.count))
         samples: list[tuple[str, list[tuple[str, int, int]]]] = [(key, []) for key in keys]
         for j, sample in enumerate(self.part_samples):
             if sample >= count:
