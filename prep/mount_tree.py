@@ -22,6 +22,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from prep.dataset_reader import PartLocation, PreparedDataset
 from prep.errors import PrepError
@@ -116,9 +117,8 @@ def node_id(kind: int, number: int) -> int:
     return (number << 2) | kind
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
-    """What a name leads to: a folder, or a part file of `size` bytes."""
+class Node(NamedTuple):
+    """What a name leads to: a folder, or a part file of `size` bytes (a tuple: one is made per lookup)."""
 
     id: int
     is_dir: bool
@@ -146,6 +146,7 @@ class MountTree:
     def __init__(self, dataset: PreparedDataset, view: View = View.FLAT, split: str | None = None) -> None:
         self.dataset = dataset
         self.view = View(view)
+        self.flat = self.view is View.FLAT
         self.split = split
         shard_names = dataset.split_shards(split)
         self.allowed: frozenset[int] | None = None
@@ -227,17 +228,17 @@ class MountTree:
     # -- lookups -------------------------------------------------------------------------------------
     def lookup(self, parent: int, name: str) -> Node | None:
         """The node called `name` in folder `parent`, or None if there is none."""
+        if parent == ROOT and self.flat:  # the hot path: a file of the flat view
+            member = split_member_name(unescape_name(name))
+            if member is None:
+                return None
+            return self._part_node(self._db().execute(self._part_of_key, member).fetchone())
         kind, number = parent & 3, parent >> 2
         if kind == SAMPLE:
             row = self._db().execute(_PART_OF_SAMPLE, (number, unescape_name(name))).fetchone()
             return self._part_node(row)
         if kind != FOLDER or number >= len(self._folders):
             return None
-        if number == 0 and self.view is View.FLAT:
-            member = split_member_name(unescape_name(name))
-            if member is None:
-                return None
-            return self._part_node(self._db().execute(self._part_of_key, member).fetchone())
         if number == 0 and self.view is View.SAMPLE:
             return self._sample_node(unescape_name(name), None)
         shard = self._folder_shard[number]

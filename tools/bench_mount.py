@@ -7,7 +7,7 @@ format; both mounts read the same index). Then, per tool:
 - time until mounted (launch to the mount point answering),
 - `ls -R` over the whole tree, flat view and per-sample view (energon's `-s`),
 - reading every file (or `--read-files N` of them, the same ones for every tool) with 1 and with 4
-  reader processes: files/s and MB/s,
+  reader processes: files/s and MB/s, the median of `--repeat` runs taken in turns by the tools,
 - each step on a fresh mount, so nothing the kernel cached in one step (names from `ls -R`, pages
   read by the 1-reader run) helps the next,
 - peak resident memory (VmHWM) of the mount process,
@@ -213,7 +213,9 @@ def extract_per_sample(dataset: Path, folder: Path) -> None:
     tmp.rename(folder)
 
 
-def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, tools: list[str]) -> dict:
+def bench_dataset(
+    name: str, dataset: Path, work: Path, read_files: int | None, tools: list[str], repeats: int = 1
+) -> dict:
     log(f"[{name}] preparing {dataset}")
     prepare(dataset)
     warm(dataset)
@@ -229,7 +231,9 @@ def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, 
         peaks = []
         # Every measurement gets a fresh mount, so no tool is helped by what the kernel cached from an
         # earlier step (names listed by ls -R, pages read by the 1-reader run).
-        views = ("flat", "sample", "shard") if tool == "shardprep" else ("flat", "sample")  # energon: no shard view
+        views = (
+            ("flat", "sample", "shard") if tool == "shardprep" else ("flat", "sample")
+        )  # energon: no shard view
         for view in views:
             mountpoint = work / f"mnt-{tool}-{view}"
             log(f"[{name}] {tool} {view}: mounting")
@@ -242,18 +246,28 @@ def bench_dataset(name: str, dataset: Path, work: Path, read_files: int | None, 
                 peaks.append(peak_rss_mb(mount.pid))
             finally:
                 mount.close()
-        for readers in (1, 4):
-            mountpoint = work / f"mnt-{tool}-read"
-            mount = Mount(tool, dataset, mountpoint, "flat")
-            try:
-                files_s, mb_s = time_reads(mountpoint, chosen, readers)
-                row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = files_s, mb_s
-                log(f"[{name}] {tool} {readers} reader(s): {files_s:,.0f} files/s {mb_s:.1f} MB/s")
-                peaks.append(peak_rss_mb(mount.pid))
-            finally:
-                mount.close()
         row["peak_rss_MB"] = max(peaks)
         results[tool] = row
+    # Reads are the noisiest figure on a shared machine: each is repeated on a fresh mount, the tools
+    # taking turns so that a change in load falls on both, and the median is reported.
+    samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for repeat in range(repeats):
+        for tool in tools:
+            for readers in (1, 4):
+                mountpoint = work / f"mnt-{tool}-read"
+                mount = Mount(tool, dataset, mountpoint, "flat")
+                try:
+                    files_s, mb_s = time_reads(mountpoint, chosen, readers)
+                    samples.setdefault((tool, readers), []).append((files_s, mb_s))
+                    log(
+                        f"[{name}] {tool} {readers} reader(s), run {repeat + 1}: {files_s:,.0f} files/s {mb_s:.1f} MB/s"
+                    )
+                    results[tool]["peak_rss_MB"] = max(results[tool]["peak_rss_MB"], peak_rss_mb(mount.pid))
+                finally:
+                    mount.close()
+    for (tool, readers), runs in samples.items():
+        files_s, mb_s = sorted(runs)[len(runs) // 2]
+        results[tool][f"files_s_{readers}"], results[tool][f"MB_s_{readers}"] = files_s, mb_s
     folder = work / f"extracted-{name}"
     log(f"[{name}] extracting to {folder}")
     extract(dataset, folder)
@@ -303,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("datasets", nargs="*", default=["text", "image"], choices=["text", "image"])
+    parser.add_argument(
+        "datasets", nargs="*", default=["text", "image"], help="text and/or image (default both)"
+    )
     parser.add_argument("--text-samples", type=int, default=200_000)
     parser.add_argument("--image-samples", type=int, default=100_000)
     parser.add_argument(
@@ -312,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="read this many files (same random set for every tool); default all",
     )
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each read measurement (median shown)")
     parser.add_argument("--tools", default="shardprep,energon", help="comma-separated: shardprep,energon")
     parser.add_argument(
         "--cache",
@@ -325,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args(argv)
+    unknown = set(args.datasets) - set(FULL_SIZE)
+    if unknown:
+        parser.error(f"unknown dataset {', '.join(sorted(unknown))}; choose from text, image")
     tools = args.tools.split(",")
     everything = {}
     for name in args.datasets:
@@ -334,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         generated = ensure(cache, samples=samples)
         work = args.work / f"{name}-{generated.samples}"
         dataset = linked_copy(generated.shard_paths(), work / "dataset")
-        everything[name] = bench_dataset(name, dataset, work, args.read_files, tools)
+        everything[name] = bench_dataset(name, dataset, work, args.read_files, tools, args.repeat)
         print(report(f"{name} ({generated.samples:,} samples)", everything[name]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(everything, indent=2))
