@@ -251,8 +251,12 @@ class FuseSession:
         self.initialised.set()
 
     def _lookup(self, unique: int, nodeid: int, body: memoryview) -> None:
-        name = str(body[:-1], "utf-8", "surrogateescape")  # the name ends with one NUL
-        node = self.tree.lookup(nodeid, name)
+        try:
+            name = str(body[:-1], "utf-8")  # the name ends with one NUL
+        except UnicodeDecodeError:  # no key or part name in an index is anything but UTF-8
+            node = None
+        else:
+            node = self.tree.lookup(nodeid, name)
         if node is None:  # a negative entry: the kernel remembers the name is absent
             self._reply(unique, self.packer.negative_entry())
             return

@@ -323,3 +323,11 @@ def test_root_mounts_without_fusermount3(base, tmp_path):
         assert files_under(mountpoint) == expected_files(dataset, "flat")
     finally:
         subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+
+
+def test_a_name_that_is_not_utf8_is_absent_and_the_mount_goes_on(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        with pytest.raises(FileNotFoundError):
+            os.stat(os.path.join(os.fsencode(mounted.mountpoint), b"s0_000.\xff\xfe"))
+        assert (mounted.mountpoint / "s0_000.txt").read_bytes() == b"sample 0\n"
