@@ -124,13 +124,28 @@ def mount_device(mountpoint: str, fsname: str) -> int:
     return _mount_as_root(mountpoint, fsname)
 
 
-def unmount(mountpoint: str, lazy: bool = False) -> bool:
-    """Unmount a FUSE mount; True if the mount is gone (or going, when `lazy`)."""
-    if shutil.which("fusermount3") is not None:
-        command = ["fusermount3", "-u", *(["-z"] if lazy else []), mountpoint]
-    else:
-        command = ["umount", *(["-l"] if lazy else []), mountpoint]
-    return subprocess.run(command, capture_output=True).returncode == 0
+def unmount(mountpoint: str, lazy: bool = False) -> str | None:
+    """Unmount a FUSE mount (detach it now and finish when its files close, if `lazy`).
+
+    Returns None on success, else why it failed. Uses fusermount3, else umount, else (as root, the
+    twin of `_mount_as_root`) umount2(2) itself.
+    """
+    commands = {
+        "fusermount3": ["fusermount3", "-u", *(["-z"] if lazy else []), mountpoint],
+        "umount": ["umount", *(["-l"] if lazy else []), mountpoint],
+    }
+    for tool, command in commands.items():
+        if shutil.which(tool) is not None:
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode == 0:
+                return None
+            return (result.stderr or result.stdout).strip() or f"{tool} exited with {result.returncode}"
+    if os.geteuid() != 0:
+        raise PrepError(f"Neither fusermount3 nor umount is installed. {FUSE_INSTALL_HINT}")
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.umount2(mountpoint.encode(), 2 if lazy else 0) != 0:  # 2: MNT_DETACH
+        return os.strerror(ctypes.get_errno())
+    return None
 
 
 def _opcode_name(opcode: int) -> str:

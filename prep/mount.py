@@ -39,7 +39,7 @@ def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | N
             while not session.finished.wait(1.0):
                 pass
         except KeyboardInterrupt:
-            if not unmount(mountpoint):
+            if unmount(mountpoint) is not None:
                 unmount(mountpoint, lazy=True)
             session.finished.wait(10)
     finally:

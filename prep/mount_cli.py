@@ -8,8 +8,6 @@ command prints one "mounted at" line and returns.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -87,17 +85,10 @@ def umount_command(mountpoint: Path, lazy: bool) -> None:
     mountpoint = mountpoint.absolute()
     if not os.path.ismount(mountpoint):
         raise PrepError(f"{mountpoint} is not a mount point, so there is nothing to unmount.")
-    if shutil.which("fusermount3"):
-        command = ["fusermount3", "-u", *(["-z"] if lazy else []), str(mountpoint)]
-    elif shutil.which("umount"):
-        command = ["umount", *(["-l"] if lazy else []), str(mountpoint)]
-    else:
-        raise PrepError(
-            "Neither fusermount3 nor umount is installed. Install Debian's fuse3 (`apt-get install fuse3`)."
-        )
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        reason = (result.stderr or result.stdout).strip()
+    from prep.fuse_session import unmount
+
+    reason = unmount(str(mountpoint), lazy)
+    if reason is not None:
         raise PrepError(
             f"Unmounting {mountpoint} failed: {reason}. If a program still has files open there, close it or"
             " use `shardprep umount --lazy`."
