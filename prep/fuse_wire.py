@@ -87,15 +87,7 @@ ASYNC_READ = 1 << 0
 DO_READDIRPLUS = 1 << 13
 PARALLEL_DIROPS = 1 << 18
 MAX_PAGES = 1 << 22
-INIT_EXT = 1 << 30
 
-# fuse_open_out.open_flags
-FOPEN_KEEP_CACHE = 1 << 1
-FOPEN_CACHE_DIR = 1 << 3
-
-#: The kernel refuses a read of /dev/fuse into a buffer smaller than this.
-MIN_READ_BUFFER = 8192
-ROOT_ID = 1
 
 IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid, pid, total_extlen, pad
 IN_HEADER_START = struct.Struct("<IIQQ")  # the part of it a read-only filesystem needs
