@@ -175,11 +175,13 @@ def test_umount_unmounts_and_ends_the_mount_process(base, tmp_path):
     assert again.returncode != 0 and "not a mount point" in again.stderr
 
 
-def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
-    dataset = prepared_dataset(base, "energon")
-    mountpoint = tmp_path / "mnt"
+def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str, data: bytes):
+    """Mount in the foreground with `flag`, read `name` (it must hold `data`), press Ctrl-C.
+
+    Returns the finished process and its stdout and stderr; nothing stays mounted.
+    """
     process = subprocess.Popen(
-        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--foreground"],
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), flag],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -187,7 +189,7 @@ def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
     )
     try:
         assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
-        assert (mountpoint / "s0_000.txt").read_bytes() == b"sample 0\n"
+        assert (mountpoint / name).read_bytes() == data
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=20)
     finally:
@@ -195,6 +197,15 @@ def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
             process.kill()
         if os.path.ismount(mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    return process, out, err
+
+
+def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    process, out, err = ctrl_c_after_one_read(
+        dataset, mountpoint, "--foreground", "s0_000.txt", b"sample 0\n"
+    )
     assert process.returncode == 0, err
     assert "unmounted" in out
     assert not os.path.ismount(mountpoint)
@@ -207,7 +218,9 @@ def test_without_the_fuse_device_mount_fails_and_says_what_to_install(base, tmp_
     dataset = prepared_dataset(base, "energon")
     # A private mount namespace whose /dev holds only /dev/null: a machine (or container) without FUSE.
     hide_fuse = 'mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && exec "$@"'
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide_fuse, "sh", "true"])
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide_fuse, "sh", "true"]
+    )
     if probe.returncode != 0:
         pytest.skip("this sandbox cannot make a private mount namespace")
     result = subprocess.run(
@@ -242,7 +255,9 @@ def many_samples(base) -> Path:
                     member = tarfile.TarInfo(f"k{shard}_{index:04d}_{'y' * (index % 40)}.{part}")
                     member.size = len(data)
                     tar.addfile(member, io.BytesIO(data))
-    run_shardprep("prepare", str(folder), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True)
+    run_shardprep(
+        "prepare", str(folder), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True
+    )
     return folder
 
 
@@ -286,24 +301,7 @@ def test_file_sizes_and_folder_attributes_come_from_the_index(base, tmp_path):
 
 def test_debug_traces_each_request_in_the_foreground(base, tmp_path):
     dataset = prepared_dataset(base, "energon")
-    mountpoint = tmp_path / "mnt"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--debug"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
-        assert (mountpoint / "s0_001.txt").read_bytes() == b"sample 1\n"
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=20)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        if os.path.ismount(mountpoint):
-            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    _, _, err = ctrl_c_after_one_read(dataset, tmp_path / "mnt", "--debug", "s0_001.txt", b"sample 1\n")
     assert "fuse: INIT" in err and "fuse: LOOKUP" in err and "fuse: READ" in err
 
 
