@@ -183,7 +183,11 @@ def flat_names(dataset: Path) -> list[str]:
     return names
 
 
-def extract(dataset: Path, folder: Path) -> None:
+def extract(dataset: Path, folder: Path, per_sample: bool = False) -> None:
+    """The shards' files in a normal folder, once (a `.partial` folder is renamed when complete).
+
+    `per_sample` lays them out as a folder per sample (`KEY/PART`), the tree the per-sample view shows.
+    """
     if folder.exists():
         return
     tmp = folder.with_suffix(".partial")
@@ -191,25 +195,14 @@ def extract(dataset: Path, folder: Path) -> None:
     tmp.mkdir(parents=True)
     for shard in sorted(dataset.glob("*.tar")):
         with tarfile.open(shard) as tar:
-            tar.extractall(tmp, filter="data")
-    tmp.rename(folder)
-
-
-def extract_per_sample(dataset: Path, folder: Path) -> None:
-    """The same files as a folder per sample (`KEY/PART`), the tree the per-sample view shows."""
-    if folder.exists():
-        return
-    tmp = folder.with_suffix(".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for shard in sorted(dataset.glob("*.tar")):
-        with tarfile.open(shard) as tar:
+            if not per_sample:
+                tar.extractall(tmp, filter="data")
+                continue
             for member in tar:
-                if not member.isfile():
-                    continue
-                key, _, part = member.name.partition(".")
-                (tmp / key).mkdir(parents=True, exist_ok=True)
-                (tmp / key / part).write_bytes(tar.extractfile(member).read())
+                if member.isfile():
+                    key, _, part = member.name.partition(".")
+                    (tmp / key).mkdir(parents=True, exist_ok=True)
+                    (tmp / key / part).write_bytes(tar.extractfile(member).read())
     tmp.rename(folder)
 
 
@@ -273,7 +266,7 @@ def bench_dataset(
     extract(dataset, folder)
     per_sample = work / f"extracted-per-sample-{name}"
     log(f"[{name}] extracting a folder per sample to {per_sample}")
-    extract_per_sample(dataset, per_sample)
+    extract(dataset, per_sample, per_sample=True)
     # The reference is a normal folder as a user meets it after a first look: names and pages cached,
     # as the shards are for the mounts.
     time_ls(folder), time_ls(per_sample), time_reads(folder, chosen, 1)
