@@ -15,7 +15,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -36,6 +35,7 @@ from prep.index_format import (
     tar_index_name,
 )
 
+_CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
 RERUN_PREPARE = "Re-run `shardprep prepare` (or `energon prepare`) on the dataset folder."
 
 
@@ -89,8 +89,8 @@ def load_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
 class PreparedDataset:
     """A prepared dataset opened for reading.
 
-    Metadata is read once at construction; sqlite connections are per thread (opened read-only) and
-    shard files are opened lazily and kept open, so concurrent `read_part` calls share one descriptor
+    Metadata is read once at construction; sqlite is opened read-only (`db()` for one thread, a
+    `connect()` per thread for several), and shard files are opened lazily and kept open, so concurrent `read_part` calls share one descriptor
     per shard (`pread` has no file position to fight over).
     """
 
@@ -110,8 +110,6 @@ class PreparedDataset:
         self.shards = list(self.shard_counts)
         self._shard_ids = {name: index for index, name in enumerate(self.shards)}
         self._db: sqlite3.Connection | None = None
-        self._pool: list[sqlite3.Connection] = []
-        self._pool_lock = threading.Lock()
         self._fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
         self._nowait_reads = hasattr(os, "RWF_NOWAIT")
@@ -205,74 +203,51 @@ class PreparedDataset:
         return connection
 
     def db(self) -> sqlite3.Connection:
-        """A read-only connection to `index.sqlite` for single-threaded use (info, verify)."""
+        """A read-only connection to `index.sqlite` for single-threaded use (info, verify, preview).
+
+        A program querying from several threads (the mount) opens one `connect()` per thread instead.
+        """
         if self._db is None:
             self._db = self.connect()
         return self._db
 
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
-        """Borrow a pooled read-only connection; safe from any thread (FUSE worker threads come and go)."""
-        with self._pool_lock:
-            connection = self._pool.pop() if self._pool else None
-        if connection is None:
-            connection = self.connect()
-        try:
-            yield connection
-        finally:
-            with self._pool_lock:
-                self._pool.append(connection)
-
-    def _one(self, query: str, parameters: tuple) -> tuple | None:
-        with self.connection() as db:
-            return db.execute(query, parameters).fetchone()
-
     def sample_by_key(self, key: str) -> SampleRow | None:
-        row = self._one(
-            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key = ?",
-            (key,),
-        )
-        return None if row is None else SampleRow(*row)
-
-    def sample_by_index(self, tar_file_id: int, index: int) -> SampleRow | None:
-        row = self._one(
-            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
-            " WHERE tar_file_id = ? AND sample_index = ?",
-            (tar_file_id, index),
+        row = (
+            self.db()
+            .execute(
+                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
+                " WHERE sample_key = ?",
+                (key,),
+            )
+            .fetchone()
         )
         return None if row is None else SampleRow(*row)
 
     def samples_of_shard(self, tar_file_id: int, after_index: int = -1) -> Iterator[SampleRow]:
         """The samples of one shard in order, starting after `after_index` (a lazily stepped cursor)."""
-        with self.connection() as db:
-            cursor = db.execute(
-                "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
-                " WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
-                (tar_file_id, after_index),
-            )
-            try:
-                for row in cursor:
-                    yield SampleRow(*row)
-            finally:
-                cursor.close()
+        cursor = self.db().execute(
+            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
+            " WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
+            (tar_file_id, after_index),
+        )
+        try:
+            for row in cursor:
+                yield SampleRow(*row)
+        finally:
+            cursor.close()
 
     def parts_of_sample(self, tar_file_id: int, index: int) -> list[tuple[str, PartLocation]]:
         """(part name, location) of every part of one sample, in tar order."""
-        with self.connection() as db:
-            rows = db.execute(
+        rows = (
+            self.db()
+            .execute(
                 "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts"
                 " WHERE tar_file_id = ? AND sample_index = ? ORDER BY content_byte_offset",
                 (tar_file_id, index),
-            ).fetchall()
-        return [(name, PartLocation(tar_file_id, offset, size)) for name, offset, size in rows]
-
-    def part(self, tar_file_id: int, index: int, part_name: str) -> PartLocation | None:
-        row = self._one(
-            "SELECT content_byte_offset, content_byte_size FROM sample_parts"
-            " WHERE tar_file_id = ? AND sample_index = ? AND part_name = ?",
-            (tar_file_id, index, part_name),
+            )
+            .fetchall()
         )
-        return None if row is None else PartLocation(tar_file_id, row[0], row[1])
+        return [(name, PartLocation(tar_file_id, offset, size)) for name, offset, size in rows]
 
     # -- bytes ------------------------------------------------------------------------------------
     def _fd(self, tar_file_id: int) -> int:
@@ -304,7 +279,9 @@ class PreparedDataset:
             data += more
         return data
 
-    def read_part_cached(self, location: PartLocation, offset: int = 0, size: int | None = None) -> memoryview:
+    def read_part_cached(
+        self, location: PartLocation, offset: int = 0, size: int | None = None
+    ) -> memoryview:
         """Like `read_part`, but only from the page cache: BlockingIOError if the disk would be needed.
 
         A server answering many clients from one thread reads this way and hands the reads that would
@@ -312,7 +289,7 @@ class PreparedDataset:
         """
         start, size = self._range(location, offset, size)
         if not self._nowait_reads:
-            raise BlockingIOError(errno.EAGAIN, "this filesystem cannot tell whether a read would wait")
+            raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL)
         buffer = bytearray(size)
         if size == 0:
             return memoryview(buffer)
@@ -324,7 +301,7 @@ class PreparedDataset:
             if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             self._nowait_reads = False
-            raise BlockingIOError(errno.EAGAIN, "this filesystem cannot tell whether a read would wait") from None
+            raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL) from None
         if got < size:  # partly cached, or the shard ends early: the waiting read sorts out which
             raise BlockingIOError(errno.EAGAIN, "part of the range is not in the page cache")
         return memoryview(buffer)
@@ -334,13 +311,9 @@ class PreparedDataset:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
-        with self._pool_lock:
-            connections, self._pool = self._pool, []
         if self._db is not None:
-            connections.append(self._db)
+            self._db.close()
             self._db = None
-        for connection in connections:
-            connection.close()
 
     def __enter__(self) -> PreparedDataset:
         return self
