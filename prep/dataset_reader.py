@@ -279,20 +279,20 @@ class PreparedDataset:
             data += more
         return data
 
-    def read_part_cached(
-        self, location: PartLocation, offset: int = 0, size: int | None = None
-    ) -> memoryview:
-        """Like `read_part`, but only from the page cache: BlockingIOError if the disk would be needed.
+    def read_part_cached(self, location: PartLocation, offset: int, into: memoryview) -> memoryview:
+        """Like `read_part`, into the caller's buffer and only from the page cache: BlockingIOError if
+        the disk would be needed. Returns the filled front of `into` (shorter at the part's end).
 
-        A server answering many clients from one thread reads this way and hands the reads that would
-        wait to threads that may. On filesystems that cannot tell, every call raises BlockingIOError.
+        A server answering many clients from one thread reads this way into buffers it reuses, and
+        hands the reads that would wait to threads that may. On filesystems that cannot tell, every
+        call raises BlockingIOError.
         """
-        start, size = self._range(location, offset, size)
+        start, size = self._range(location, offset, len(into))
         if not self._nowait_reads:
             raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL)
-        buffer = bytearray(size)
         if size == 0:
-            return memoryview(buffer)
+            return into[:0]
+        buffer = into[:size]
         try:
             got = os.preadv(self._fd(location.tar_file_id), [buffer], start, os.RWF_NOWAIT)
         except BlockingIOError:
@@ -304,7 +304,7 @@ class PreparedDataset:
             raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL) from None
         if got < size:  # partly cached, or the shard ends early: the waiting read sorts out which
             raise BlockingIOError(errno.EAGAIN, "part of the range is not in the page cache")
-        return memoryview(buffer)
+        return buffer
 
     def close(self) -> None:
         with self._fd_lock:

@@ -175,7 +175,14 @@ class FuseSession:
         self.packer = wire.NodePacker(owner.uid, owner.gid, owner.time_s, owner.time_ns, CACHE_SECONDS)
         self.initialised = threading.Event()
         self.finished = threading.Event()
-        self._prefetched: dict[int, memoryview] = {}
+        # Small files read at lookup, each into one of a fixed set of slots reused in turn, and the
+        # buffer other reads are answered from: allocating and freeing a buffer per file costs more
+        # than reading it (fresh memory must be faulted in and zeroed). node -> (slot, bytes).
+        self._slots = memoryview(bytearray(PREFETCH_BYTES * PREFETCHED_FILES))
+        self._slot_node = [0] * PREFETCHED_FILES
+        self._next_slot = 0
+        self._prefetched: dict[int, tuple[int, memoryview]] = {}
+        self._read_buffer = memoryview(bytearray(MAX_PAGES * 4096))
         self._usage: tuple[int, int] | None = None
         self._slow_reads = ThreadPoolExecutor(SLOW_READ_THREADS, thread_name_prefix="fuse-read")
         self._handlers: dict[int, Callable[[int, int, memoryview], None]] = {
@@ -277,15 +284,24 @@ class FuseSession:
             return
         self._reply(unique, self.packer.entry(node.id, node.is_dir, node.size))
         if not node.is_dir and node.size <= PREFETCH_BYTES:
-            # A small file is looked up to be read: read it now, while the kernel finishes the lookup
-            # and the caller opens it, so its READ is answered at once. Only from the page cache.
-            try:
-                data = self.tree.read_cached(node.id, 0, node.size)
-            except OSError:
-                return
-            if len(self._prefetched) >= PREFETCHED_FILES:
-                self._prefetched = {}
-            self._prefetched[node.id] = data
+            self._prefetch(node.id, node.size)
+
+    def _prefetch(self, nodeid: int, size: int) -> None:
+        """Read a small file that was just looked up, while the kernel finishes the lookup and the
+        caller opens it, so its READ is answered at once. Only from the page cache."""
+        slot = self._next_slot
+        self._next_slot = (slot + 1) % PREFETCHED_FILES
+        previous = self._prefetched.get(self._slot_node[slot])
+        if previous is not None and previous[0] == slot:  # the slot's last file is forgotten
+            del self._prefetched[self._slot_node[slot]]
+        self._slot_node[slot] = 0
+        start = slot * PREFETCH_BYTES
+        try:
+            data = self.tree.read_cached(nodeid, 0, self._slots[start : start + size])
+        except OSError:
+            return
+        self._slot_node[slot] = nodeid
+        self._prefetched[nodeid] = (slot, data)
 
     def _getattr(self, unique: int, nodeid: int, body: memoryview) -> None:
         node = self.tree.node(nodeid)
@@ -297,10 +313,11 @@ class FuseSession:
         _, offset, size, _ = wire.READ_IN.unpack_from(body)
         prefetched = self._prefetched.get(nodeid)
         if prefetched is not None:
-            self._reply(unique, prefetched[offset : offset + size])
+            self._reply(unique, prefetched[1][offset : offset + size])
             return
-        try:
-            data = self.tree.read_cached(nodeid, offset, size)
+        try:  # the reply is written before the next request is read, so one buffer serves every read
+            buffer = self._read_buffer[:size] if size <= len(self._read_buffer) else memoryview(bytearray(size))
+            data = self.tree.read_cached(nodeid, offset, buffer)
         except BlockingIOError:
             self._slow_reads.submit(self._read_waiting, unique, nodeid, offset, size)
             return

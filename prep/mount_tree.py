@@ -323,12 +323,13 @@ class MountTree:
             raise FileNotFoundError(node)
         return self.dataset.read_part(location, offset, size)
 
-    def read_cached(self, node: int, offset: int, size: int) -> memoryview:
-        """`read` from the page cache only; BlockingIOError if the disk would be needed."""
+    def read_cached(self, node: int, offset: int, into: memoryview) -> memoryview:
+        """`read` into `into` from the page cache only (the filled front of it); BlockingIOError if the
+        disk would be needed."""
         location = self.location(node)
         if location is None:
             raise FileNotFoundError(node)
-        return self.dataset.read_part_cached(location, offset, size)
+        return self.dataset.read_part_cached(location, offset, into)
 
     def close(self) -> None:
         """Close every thread's connection and the dataset's shard files."""

@@ -272,6 +272,18 @@ def test_listings_of_thousands_of_entries_are_complete_and_in_order(many_samples
     assert found == expected and len(found) == 6000
 
 
+def test_files_looked_up_long_before_they_are_read_get_their_own_bytes(many_samples, tmp_path):
+    # A lookup reads a small file ahead into one of a few hundred reused slots: look up thousands of
+    # names first (no listing, so each stat is a LOOKUP), then read them all, and some twice.
+    expected = expected_files(many_samples, "flat")
+    names = sorted(expected)[:2000]
+    with Mounted(many_samples, tmp_path / "mnt") as mounted:
+        for name in names:
+            assert os.stat(mounted.mountpoint / name).st_size == len(expected[name])
+        for name in names + names[::-7]:
+            assert (mounted.mountpoint / name).read_bytes() == expected[name], name
+
+
 def test_parts_not_in_the_page_cache_are_read_from_the_disk(base, tmp_path):
     dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
     expected = expected_files(dataset, "flat")
