@@ -344,14 +344,10 @@ class FuseSession:
         packer = self.packer
         pieces: list[bytes] = []
         room = size
-        for cookie, name in ((1, b"."), (2, b"..")):
-            if after < cookie:
-                pieces.append(
-                    packer.unlisted_dirent(nodeid, cookie, name)
-                    if plus
-                    else packer.dirent(nodeid, cookie, name, True)
-                )
-                room -= len(pieces[-1])
+        if after < 2:  # `.` and `..` first, as a real folder lists them
+            dots = packer.dots(nodeid, plus)
+            pieces.append(dots if after == 0 else dots[len(dots) // 2 :])
+            room -= len(pieces[-1])
         # Each entry takes at least a header and a padded short name, so this many rows can be enough.
         limit = max(1, room // wire.dirent_size(8, plus))
         listing = self.tree.list_dir(nodeid, after, limit)

@@ -135,6 +135,9 @@ class NodePacker:
 
     _DIRENTPLUS = struct.Struct("<" + ENTRY_OUT_HEAD.format[1:] + ATTR.format[1:] + DIRENT_HEAD.format[1:])
 
+    _DOTS = struct.Struct("<" + 2 * (DIRENT_HEAD.format[1:] + "8s"))  # each name padded to 8 bytes
+    _DOTS_PLUS = struct.Struct("<" + 2 * (f"{ENTRY_OUT_SIZE}x" + DIRENT_HEAD.format[1:] + "8s"))
+
     def __init__(self, uid: int, gid: int, time_s: int, time_ns: int, valid_s: int) -> None:
         self.valid_s = valid_s
         self._times = (time_s, time_s, time_s, time_ns, time_ns, time_ns)
@@ -175,10 +178,20 @@ class NodePacker:
         )  # fmt: skip
         return head + name + _PAD[-(DIRENT_HEAD.size + len(name)) % 8]
 
-    def unlisted_dirent(self, nodeid: int, cookie: int, name: bytes) -> bytes:
-        """A READDIRPLUS entry for `.` or `..`: a zero node id tells the kernel to make no entry of it."""
-        return bytes(ENTRY_OUT_SIZE) + self.dirent(nodeid, cookie, name, True)
+    def dots(self, nodeid: int, plus: bool) -> bytes:
+        """The `.` and `..` entries that start every listing (cookies 1 and 2), packed in one call; in a
+        READDIRPLUS reply each carries a zero lookup entry, which tells the kernel to make no entry of it.
+        Both take the same room, so the second alone is the back half.
 
+        >>> packer = NodePacker(uid=0, gid=0, time_s=0, time_ns=0, valid_s=60)
+        >>> packer.dots(7, False) == packer.dirent(7, 1, b".", True) + packer.dirent(7, 2, b"..", True)
+        True
+        >>> len(packer.dots(7, True))
+        320
+        """
+        return (self._DOTS_PLUS if plus else self._DOTS).pack(
+            nodeid, 1, 1, DT_DIR, b".", nodeid, 2, 2, DT_DIR, b".."
+        )
 
 def pack_init_reply(kernel_flags: int, max_pages: int) -> bytes:
     """The INIT reply: our protocol version and the features we take from those the kernel offers."""

@@ -34,6 +34,9 @@ FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds; the listing queries below compute 
 ROOT = (0 << 2) | FOLDER  # the kernel's root node id is 1
 #: Part locations remembered between the lookup of a name and the reads of its file.
 LOCATION_CACHE_SIZE = 8192
+#: Sample folders listed one after another (as `ls -R` and `find` do) have their parts read this many
+#: samples at a time, one query instead of one per folder.
+SAMPLES_AHEAD = 128
 INDEX_MAP_BYTES = 64 << 20
 
 _ESCAPE = {"%": "%25", "/": "%2F", "\0": "%00"}
@@ -50,10 +53,10 @@ _PART_OF_SAMPLE = (
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
     " WHERE s.rowid = ? AND sp.part_name = ? LIMIT 1"
 )
-_PARTS_OF_SAMPLE = (
-    f"SELECT sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size FROM samples s"
+_PARTS_OF_SAMPLES = (
+    f"SELECT s.rowid, sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size FROM samples s"
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
-    " WHERE s.rowid = ? ORDER BY sp.content_byte_offset"
+    " WHERE s.rowid >= ? AND s.rowid < ? ORDER BY s.rowid, sp.content_byte_offset"
 )
 _ALL_PARTS = (
     f"SELECT s.sample_key || '.' || sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size,"
@@ -168,7 +171,9 @@ class MountTree:
         self._local = threading.local()
         # Plain dicts: single get/set calls are atomic, and a full cache is simply started afresh.
         self._locations: dict[int, PartLocation] = {}
-        self._part_counts: dict[int, int] = {}
+        # Sample rowid -> its parts (shown name, node id, size), and where a sequential scan would go on.
+        self._sample_parts: dict[int, list[tuple[str, int, int]]] = {}
+        self._ahead_from = -1
         self._connections_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
 
@@ -282,15 +287,9 @@ class MountTree:
         if kind == PART:
             raise NotADirectoryError(folder)
         if kind == SAMPLE:
-            # `ls` asks again after the last entry; the count from the first page answers that alone.
-            if start >= 0 and self._part_counts.get(number, start + 2) <= start + 1:
-                return Listing(False, [])
-            rows = db().execute(_PARTS_OF_SAMPLE, (number,)).fetchall()
-            if len(self._part_counts) >= LOCATION_CACHE_SIZE:
-                self._part_counts = {}
-            self._part_counts[number] = len(rows)
-            return Listing(False, [(escape_name(name), node, size, position + FIRST_COOKIE)
-                                   for position, (name, node, size) in enumerate(rows) if position > start][:limit])  # fmt: skip
+            parts = self._parts_of_sample(number)
+            return Listing(False, [(name, node, size, position + FIRST_COOKIE)
+                                   for position, (name, node, size) in enumerate(parts) if position > start][:limit])  # fmt: skip
         if number >= len(self._folders):
             raise FileNotFoundError(folder)
         if number == 0 and self.view is View.FLAT:
@@ -308,6 +307,22 @@ class MountTree:
         children = list(self._folders[number].items())
         return Listing(True, [(name, child, 0, position + FIRST_COOKIE)
                               for position, (name, child) in enumerate(children) if position > start][:limit])  # fmt: skip
+
+    def _parts_of_sample(self, number: int) -> list[tuple[str, int, int]]:
+        """A sample folder's entries. Reading folders in rowid order reads ahead, so a scan of every
+        sample folder costs one query per SAMPLES_AHEAD folders; the cache is bounded."""
+        parts = self._sample_parts.get(number)
+        if parts is not None:
+            return parts
+        end = number + (SAMPLES_AHEAD if number == self._ahead_from else 1)
+        if len(self._sample_parts) >= LOCATION_CACHE_SIZE:
+            self._sample_parts = {}
+        found: dict[int, list[tuple[str, int, int]]] = {rowid: [] for rowid in range(number, end)}
+        for rowid, name, node, size in self._db().execute(_PARTS_OF_SAMPLES, (number, end)):
+            found[rowid].append((escape_name(name), node, size))
+        self._sample_parts.update(found)
+        self._ahead_from = end
+        return found[number]
 
     def usage(self) -> tuple[int, int]:
         """(bytes, files) of the parts this tree shows, for `df`."""

@@ -272,6 +272,19 @@ def test_listings_of_thousands_of_entries_are_complete_and_in_order(many_samples
     assert found == expected and len(found) == 6000
 
 
+def test_sample_folders_list_the_same_in_any_order(many_samples, tmp_path):
+    # Folders listed in index order are read ahead in batches; listed backwards or at random, one by one.
+    expected: dict[str, list[str]] = {}
+    for relative in expected_files(many_samples, "sample"):
+        folder, part = relative.split("/")
+        expected.setdefault(folder, []).append(part)
+    folders = sorted(expected)
+    shuffled = folders[::-1] + [folders[(index * 7919) % len(folders)] for index in range(len(folders))]
+    with Mounted(many_samples, tmp_path / "mnt", "--view", "sample") as mounted:
+        for folder in shuffled + folders:
+            assert sorted(os.listdir(mounted.mountpoint / folder)) == sorted(expected[folder]), folder
+
+
 def test_files_looked_up_long_before_they_are_read_get_their_own_bytes(many_samples, tmp_path):
     # A lookup reads a small file ahead into one of a few hundred reused slots: look up thousands of
     # names first (no listing, so each stat is a LOOKUP), then read them all, and some twice.
