@@ -45,7 +45,7 @@ MAX_PAGES = 256  # reads of up to 1 MiB per request
 READ_BUFFER = 1 << 17  # more than any request a read-only filesystem accepts (names, xattr values)
 SLOW_READ_THREADS = 4
 PREFETCH_BYTES = 64 * 1024  # files up to this size are read when looked up
-PREFETCHED_FILES = 256
+PREFETCHED_FILES = 32  # a file is read soon after its lookup; few slots stay in the CPU's cache
 
 
 def fuse_problem() -> str | None:
