@@ -316,7 +316,9 @@ class FuseSession:
             self._reply(unique, prefetched[1][offset : offset + size])
             return
         try:  # the reply is written before the next request is read, so one buffer serves every read
-            buffer = self._read_buffer[:size] if size <= len(self._read_buffer) else memoryview(bytearray(size))
+            buffer = (
+                self._read_buffer[:size] if size <= len(self._read_buffer) else memoryview(bytearray(size))
+            )
             data = self.tree.read_cached(nodeid, offset, buffer)
         except BlockingIOError:
             self._slow_reads.submit(self._read_waiting, unique, nodeid, offset, size)

@@ -193,6 +193,7 @@ class NodePacker:
             nodeid, 1, 1, DT_DIR, b".", nodeid, 2, 2, DT_DIR, b".."
         )
 
+
 def pack_init_reply(kernel_flags: int, max_pages: int) -> bytes:
     """The INIT reply: our protocol version and the features we take from those the kernel offers."""
     wanted = ASYNC_READ | DO_READDIRPLUS | PARALLEL_DIROPS | MAX_PAGES
