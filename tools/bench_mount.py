@@ -262,10 +262,10 @@ def bench_dataset(
         files_s, mb_s = sorted(runs)[len(runs) // 2]
         results[tool][f"files_s_{readers}"], results[tool][f"MB_s_{readers}"] = files_s, mb_s
     folder = work / f"extracted-{name}"
-    log(f"[{name}] extracting to {folder}")
+    log(f"[{name}] {'reusing' if folder.exists() else 'extracting to'} {folder}")
     extract(dataset, folder)
     per_sample = work / f"extracted-per-sample-{name}"
-    log(f"[{name}] extracting a folder per sample to {per_sample}")
+    log(f"[{name}] {'reusing' if per_sample.exists() else 'extracting a folder per sample to'} {per_sample}")
     extract(dataset, per_sample, per_sample=True)
     # The reference is a normal folder as a user meets it after a first look: names and pages cached,
     # as the shards are for the mounts.
