@@ -48,6 +48,9 @@ PREFETCH_BYTES = 64 * 1024  # files up to this size are read when looked up
 PREFETCHED_FILES = 32  # a file is read soon after its lookup; few slots stay in the CPU's cache
 
 
+_OUT_HEADER_PACK, _OUT_HEADER_SIZE = wire.OUT_HEADER.pack, wire.OUT_HEADER.size  # once per request
+
+
 def fuse_problem() -> str | None:
     """Why this machine cannot mount a FUSE filesystem, or None if it can."""
     if not os.uname().sysname == "Linux":
@@ -253,7 +256,7 @@ class FuseSession:
     # -- replies -------------------------------------------------------------------------------------
     def _reply(self, unique: int, body: bytes | memoryview = b"") -> None:
         try:
-            os.writev(self.device, (wire.OUT_HEADER.pack(wire.OUT_HEADER.size + len(body), 0, unique), body))
+            os.writev(self.device, (_OUT_HEADER_PACK(_OUT_HEADER_SIZE + len(body), 0, unique), body))
         except FileNotFoundError:  # the caller gave up (interrupted) before the answer came
             pass
 

@@ -133,6 +133,7 @@ class NodePacker:
     True
     """
 
+    _ENTRY = struct.Struct("<" + ENTRY_OUT_HEAD.format[1:] + ATTR.format[1:])
     _DIRENTPLUS = struct.Struct("<" + ENTRY_OUT_HEAD.format[1:] + ATTR.format[1:] + DIRENT_HEAD.format[1:])
 
     _DOTS = struct.Struct("<" + 2 * (DIRENT_HEAD.format[1:] + "8s"))  # each name padded to 8 bytes
@@ -151,9 +152,11 @@ class NodePacker:
 
     def entry(self, nodeid: int, is_dir: bool, size: int) -> bytes:
         """A `fuse_entry_out`: the name and its attributes may be cached for `valid_s` seconds."""
-        return ENTRY_OUT_HEAD.pack(nodeid, 0, self.valid_s, self.valid_s, 0, 0) + self.attr(
-            nodeid, is_dir, size
-        )
+        valid = self.valid_s
+        return self._ENTRY.pack(
+            nodeid, 0, valid, valid, 0, 0,
+            nodeid, size, (size + 511) >> 9, *self._times, *(self._folder if is_dir else self._file),
+        )  # fmt: skip
 
     def negative_entry(self) -> bytes:
         """A `fuse_entry_out` saying the name does not exist, which the kernel may remember as long."""
