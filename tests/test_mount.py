@@ -273,7 +273,8 @@ def test_listings_of_thousands_of_entries_are_complete_and_in_order(many_samples
 
 
 def test_sample_folders_list_the_same_in_any_order(many_samples, tmp_path):
-    # Folders listed in index order are read ahead in batches; listed backwards or at random, one by one.
+    # Folders listed in index order are read ahead in batches, others one by one: list them backwards
+    # first (every listing reaches the mount), then scattered and in order (the kernel may have kept some).
     expected: dict[str, list[str]] = {}
     for relative in expected_files(many_samples, "sample"):
         folder, part = relative.split("/")
@@ -286,7 +287,7 @@ def test_sample_folders_list_the_same_in_any_order(many_samples, tmp_path):
 
 
 def test_files_looked_up_long_before_they_are_read_get_their_own_bytes(many_samples, tmp_path):
-    # A lookup reads a small file ahead into one of a few hundred reused slots: look up thousands of
+    # A lookup reads a small file ahead into one of a few dozen reused slots: look up thousands of
     # names first (no listing, so each stat is a LOOKUP), then read them all, and some twice.
     expected = expected_files(many_samples, "flat")
     names = sorted(expected)[:2000]
