@@ -211,6 +211,8 @@ def _group_vectorised(rows: ShardRows, names: list[str], starts: array, data_off
     Where it applies it empties `names`, to hold a big shard's names once rather than twice."""
     import numpy as np
 
+    from prep.tar_scan import int_array
+
     if not names or not hasattr(np, "strings") or not hasattr(np.strings, "slice"):
         return False
     # UTF-8 bytes: a quarter of numpy's str size, and "/" and "." are single bytes that never occur inside
@@ -246,9 +248,9 @@ def _group_vectorised(rows: ShardRows, names: list[str], starts: array, data_off
             seen[key] = at
     rows.keys_text, rows.key_ends = _joined(sample_keys)
     del sample_keys
-    rows.sample_starts = _column(sample_starts)
-    rows.sample_sizes = _column(np.diff(sample_starts, append=rows.end))
-    rows.part_samples = _column(np.cumsum(first_part) - 1)
+    rows.sample_starts = int_array(sample_starts)
+    rows.sample_sizes = int_array(np.diff(sample_starts, append=rows.end))
+    rows.part_samples = int_array(np.cumsum(first_part) - 1)
     rows.part_offsets = data_offsets
     rows.part_sizes = sizes
     return True
@@ -262,6 +264,8 @@ def _joined(texts: np.ndarray) -> tuple[str, array]:
     ends exactly."""
     import numpy as np
 
+    from prep.tar_scan import int_array
+
     width = texts.dtype.itemsize
     raw = np.zeros((len(texts), width + 1), dtype=np.uint8)
     raw[:, :width] = texts.view(np.uint8).reshape(len(texts), width)
@@ -270,11 +274,8 @@ def _joined(texts: np.ndarray) -> tuple[str, array]:
     text = raw[keep].tobytes().decode("utf-8")
     # a character starts at every byte but the continuation bytes 0b10xxxxxx
     characters = (keep & ((raw & 0xC0) != 0x80)).sum(axis=1)
-    return text, _column(np.cumsum(characters) - 1)
+    return text, int_array(np.cumsum(characters) - 1)
 
-
-def _column(values: np.ndarray) -> array:
-    return array("q", values.astype("=i8", copy=False).tobytes())
 
 
 def tar_index_bytes(offsets: array) -> bytes:

@@ -278,7 +278,7 @@ class HeaderWalker:
             return None
         if (sizes[extended] > BLOCK).any():
             return None
-        self.header_offsets = _int_array(candidates * BLOCK)
+        self.header_offsets = int_array(candidates * BLOCK)
         self._corrupt_candidates = [int(at) * BLOCK for at in candidates[differ]]
         regular = np.isin(types, _REGULAR_CODES)
         member_rows = np.flatnonzero(regular)
@@ -299,9 +299,9 @@ class HeaderWalker:
         self.end = end_block * BLOCK
         return (
             names,
-            _int_array(starts * BLOCK),
-            _int_array((candidates[member_rows] + 1) * BLOCK),
-            _int_array(sizes[member_rows]),
+            int_array(starts * BLOCK),
+            int_array((candidates[member_rows] + 1) * BLOCK),
+            int_array(sizes[member_rows]),
         )
 
     def _release(self, start: int, length: int) -> None:
@@ -579,7 +579,7 @@ def _name_fields(headers: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(headers[:, :width]).view(f"S{width}").ravel()
 
 
-def _int_array(values: np.ndarray) -> array:
+def int_array(values: np.ndarray) -> array:
     """A numpy integer array as an `array("q")`, without a Python int per value."""
     return array("q", values.astype(np.int64, copy=False).tobytes())
 
