@@ -145,18 +145,18 @@ class NodePacker:
         self._folder = (S_IFDIR | 0o555, 2, uid, gid, 0, 4096, 0)
         self._file = (S_IFREG | 0o444, 1, uid, gid, 0, 4096, 0)
 
+    def _attr_fields(self, nodeid: int, is_dir: bool, size: int) -> tuple[int, ...]:
+        """The values of a `fuse_attr`, in order: what `attr`, `entry` and `direntplus` pack."""
+        return (nodeid, size, (size + 511) >> 9, *self._times, *(self._folder if is_dir else self._file))
+
     def attr(self, nodeid: int, is_dir: bool, size: int) -> bytes:
         """A `fuse_attr`."""
-        kind = self._folder if is_dir else self._file
-        return ATTR.pack(nodeid, size, (size + 511) >> 9, *self._times, *kind)
+        return ATTR.pack(*self._attr_fields(nodeid, is_dir, size))
 
     def entry(self, nodeid: int, is_dir: bool, size: int) -> bytes:
         """A `fuse_entry_out`: the name and its attributes may be cached for `valid_s` seconds."""
         valid = self.valid_s
-        return self._ENTRY.pack(
-            nodeid, 0, valid, valid, 0, 0,
-            nodeid, size, (size + 511) >> 9, *self._times, *(self._folder if is_dir else self._file),
-        )  # fmt: skip
+        return self._ENTRY.pack(nodeid, 0, valid, valid, 0, 0, *self._attr_fields(nodeid, is_dir, size))
 
     def negative_entry(self) -> bytes:
         """A `fuse_entry_out` saying the name does not exist, which the kernel may remember as long."""
@@ -175,8 +175,7 @@ class NodePacker:
         """A READDIRPLUS entry: the lookup entry and the listing entry in one, packed in one call."""
         valid = self.valid_s
         head = self._DIRENTPLUS.pack(
-            nodeid, 0, valid, valid, 0, 0,
-            nodeid, size, (size + 511) >> 9, *self._times, *(self._folder if is_dir else self._file),
+            nodeid, 0, valid, valid, 0, 0, *self._attr_fields(nodeid, is_dir, size),
             nodeid, cookie, len(name), DT_DIR if is_dir else DT_REG,
         )  # fmt: skip
         return head + name + _PAD[-(DIRENT_HEAD.size + len(name)) % 8]
