@@ -90,8 +90,8 @@ class PreparedDataset:
     """A prepared dataset opened for reading.
 
     Metadata is read once at construction; sqlite is opened read-only (`db()` for one thread, a
-    `connect()` per thread for several), and shard files are opened lazily and kept open, so concurrent `read_part` calls share one descriptor
-    per shard (`pread` has no file position to fight over).
+    `connect()` per thread for several), and shard files are opened lazily and kept open, so concurrent
+    `read_part` calls share one descriptor per shard (`pread` has no file position to fight over).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
