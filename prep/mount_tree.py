@@ -140,6 +140,18 @@ class Listing:
     entries: list[tuple[str, int, int, int]]
 
 
+def _page(entries: list[tuple[str, int, int]], start: int, limit: int) -> list[tuple[str, int, int, int]]:
+    """Up to `limit` of a folder's `(name, node, size)` entries held in memory, after position `start`
+    (-1: from the first), each with its cookie.
+
+    >>> _page([("a", 5, 0), ("b", 9, 0), ("c", 13, 0)], 0, 5)
+    [('b', 9, 0, 4), ('c', 13, 0, 5)]
+    """
+    first = start + 1
+    return [(name, node, size, position + FIRST_COOKIE)
+            for position, (name, node, size) in enumerate(entries[first : first + limit], first)]  # fmt: skip
+
+
 class MountTree:
     """Resolves names and lists folders of one view of a prepared dataset, optionally one split only.
 
@@ -287,9 +299,7 @@ class MountTree:
         if kind == PART:
             raise NotADirectoryError(folder)
         if kind == SAMPLE:
-            parts = self._parts_of_sample(number)
-            return Listing(False, [(name, node, size, position + FIRST_COOKIE)
-                                   for position, (name, node, size) in enumerate(parts) if position > start][:limit])  # fmt: skip
+            return Listing(False, _page(self._parts_of_sample(number), start, limit))
         if number >= len(self._folders):
             raise FileNotFoundError(folder)
         if number == 0 and self.view is View.FLAT:
@@ -304,9 +314,8 @@ class MountTree:
         if shard is not None:
             rows = db().execute(_SAMPLES_OF_SHARD, (shard, start, limit)).fetchall()
             return Listing(True, [(escape_name(key), node, 0, cookie) for key, node, cookie in rows])
-        children = list(self._folders[number].items())
-        return Listing(True, [(name, child, 0, position + FIRST_COOKIE)
-                              for position, (name, child) in enumerate(children) if position > start][:limit])  # fmt: skip
+        children = [(name, child, 0) for name, child in self._folders[number].items()]
+        return Listing(True, _page(children, start, limit))
 
     def _parts_of_sample(self, number: int) -> list[tuple[str, int, int]]:
         """A sample folder's entries. Reading folders in rowid order reads ahead, so a scan of every
