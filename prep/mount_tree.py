@@ -43,10 +43,12 @@ _ESCAPE = {"%": "%25", "/": "%2F", "\0": "%00"}
 _UNESCAPE_RE = re.compile(r"%(25|2F|00|2E)")
 _UNESCAPE = {"25": "%", "2F": "/", "00": "\0", "2E": "."}
 
-_PART_OF_KEY = (
-    "SELECT sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size FROM samples s"
+# In the order of the covering index, so the first row of a repeated part name is its first member.
+_PARTS_OF_KEY = (
+    "SELECT sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
+    " FROM samples s"
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
-    " WHERE s.sample_key = ? AND sp.part_name = ?{filter} LIMIT 1"
+    " WHERE s.sample_key = ?{filter} ORDER BY sp.part_name, sp.content_byte_offset"
 )
 _PART_OF_SAMPLE = (
     "SELECT sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size FROM samples s"
@@ -169,7 +171,7 @@ class MountTree:
         if split is not None:
             self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
             sample_filter = " AND {}tar_file_id IN (" + ",".join(map(str, sorted(self.allowed))) + ")"
-        self._part_of_key = _PART_OF_KEY.format(filter=sample_filter.format("s."))
+        self._parts_of_key = _PARTS_OF_KEY.format(filter=sample_filter.format("s."))
         self._part_filter = sample_filter.format("sp.")
         self._all_parts = _ALL_PARTS.format(filter=self._part_filter)
         self._all_samples = _ALL_SAMPLES.format(filter=sample_filter.format(""))
@@ -183,6 +185,9 @@ class MountTree:
         self._local = threading.local()
         # Plain dicts: single get/set calls are atomic, and a full cache is simply started afresh.
         self._locations: dict[int, PartLocation] = {}
+        # Sample key -> its part files by part name, for the flat view: a sample's parts are usually
+        # read together, and one query for all of them costs little more than one for one part.
+        self._key_parts: dict[str, dict[str, Node]] = {}
         # Sample rowid -> its parts (shown name, node id, size), and where a sequential scan would go on.
         self._sample_parts: dict[int, list[tuple[str, int, int]]] = {}
         self._ahead_from = -1
@@ -249,7 +254,11 @@ class MountTree:
             member = split_member_name(unescape_name(name))
             if member is None:
                 return None
-            return self._part_node(self._db().execute(self._part_of_key, member).fetchone())
+            key, part = member
+            parts = self._key_parts.get(key)
+            if parts is None:
+                parts = self._parts_named(key)
+            return parts.get(part)
         kind, number = parent & 3, parent >> 2
         if kind == SAMPLE:
             row = self._db().execute(_PART_OF_SAMPLE, (number, unescape_name(name))).fetchone()
@@ -263,6 +272,18 @@ class MountTree:
             return self._sample_node(unescape_name(name), shard)
         child = self._folders[number].get(name)
         return None if child is None else Node(child, True)
+
+    def _parts_named(self, key: str) -> dict[str, Node]:
+        """The part files of the sample called `key` (none if there is no such sample in the view)."""
+        parts: dict[str, Node] = {}
+        for part, rowid, tar_file_id, offset, size in self._db().execute(self._parts_of_key, (key,)):
+            if part not in parts:
+                self._remember(rowid, PartLocation(tar_file_id, offset, size))
+                parts[part] = Node(node_id(PART, rowid), False, size)
+        if len(self._key_parts) >= LOCATION_CACHE_SIZE:
+            self._key_parts = {}
+        self._key_parts[key] = parts
+        return parts
 
     def _sample_node(self, key: str, tar_file_id: int | None) -> Node | None:
         row = (

@@ -355,3 +355,25 @@ def test_a_name_that_is_not_utf8_is_absent_and_the_mount_goes_on(base, tmp_path)
         with pytest.raises(FileNotFoundError):
             os.stat(os.path.join(os.fsencode(mounted.mountpoint), b"s0_000.\xff\xfe"))
         assert (mounted.mountpoint / "s0_000.txt").read_bytes() == b"sample 0\n"
+
+
+def test_flat_lookups_find_every_part_of_a_sample_and_nothing_outside_the_split(base, tmp_path):
+    # A flat-view lookup fetches all parts of the sample and remembers them, so most of these lookups
+    # (no listing first) are answered from what a sibling's lookup found.
+    from prep.dataset_reader import PreparedDataset
+
+    dataset = prepared_dataset(base, "energon")
+    with PreparedDataset(dataset) as prepared:
+        train = set(prepared.split_shards("train"))
+    everything = expected_files(dataset, "flat")
+    inside = expected_files(dataset, "flat", train)
+    outside = sorted(set(everything) - set(inside))
+    assert inside and outside
+    keys = {split_member_name(name)[0] for name in inside if "%" not in name}
+    with Mounted(dataset, tmp_path / "mnt", "--split", "train") as mounted:
+        for name in sorted(inside, reverse=True):
+            assert (mounted.mountpoint / name).read_bytes() == inside[name], name
+        for name in outside:
+            assert not (mounted.mountpoint / name).exists(), name
+        for key in keys:
+            assert not (mounted.mountpoint / f"{key}.no-such-part").exists(), key
