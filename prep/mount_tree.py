@@ -50,10 +50,11 @@ _PARTS_OF_KEY = (
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
     " WHERE s.sample_key = ?{filter} ORDER BY sp.part_name, sp.content_byte_offset"
 )
-_PART_OF_SAMPLE = (
-    "SELECT sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size FROM samples s"
+_PARTS_OF_SAMPLE = (
+    "SELECT sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
+    " FROM samples s"
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
-    " WHERE s.rowid = ? AND sp.part_name = ? LIMIT 1"
+    " WHERE s.rowid = ? ORDER BY sp.part_name, sp.content_byte_offset"
 )
 _PARTS_OF_SAMPLES = (
     f"SELECT s.rowid, sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size FROM samples s"
@@ -185,9 +186,9 @@ class MountTree:
         self._local = threading.local()
         # Plain dicts: single get/set calls are atomic, and a full cache is simply started afresh.
         self._locations: dict[int, PartLocation] = {}
-        # Sample key -> its part files by part name, for the flat view: a sample's parts are usually
-        # read together, and one query for all of them costs little more than one for one part.
-        self._key_parts: dict[str, dict[str, Node]] = {}
+        # A sample's part files by part name, under its key (flat view) or rowid (a sample folder): a
+        # sample's parts are usually read together, and one query for all costs little more than one.
+        self._named_parts: dict[str | int, dict[str, Node]] = {}
         # Sample rowid -> its parts (shown name, node id, size), and where a sequential scan would go on.
         self._sample_parts: dict[int, list[tuple[str, int, int]]] = {}
         self._ahead_from = -1
@@ -223,13 +224,6 @@ class MountTree:
             self._locations = {}
         self._locations[part_rowid] = location
 
-    def _part_node(self, row: tuple | None) -> Node | None:
-        if row is None:
-            return None
-        rowid, tar_file_id, offset, size = row
-        self._remember(rowid, PartLocation(tar_file_id, offset, size))
-        return Node(node_id(PART, rowid), False, size)
-
     def location(self, node: int) -> PartLocation | None:
         """Where a part file's bytes are, or None if `node` is not a part."""
         if node & 3 != PART:
@@ -255,14 +249,12 @@ class MountTree:
             if member is None:
                 return None
             key, part = member
-            parts = self._key_parts.get(key)
-            if parts is None:
-                parts = self._parts_named(key)
-            return parts.get(part)
+            parts = self._named_parts.get(key)
+            return (self._parts_named(key) if parts is None else parts).get(part)
         kind, number = parent & 3, parent >> 2
         if kind == SAMPLE:
-            row = self._db().execute(_PART_OF_SAMPLE, (number, unescape_name(name))).fetchone()
-            return self._part_node(row)
+            parts = self._named_parts.get(number)
+            return (self._parts_named(number) if parts is None else parts).get(unescape_name(name))
         if kind != FOLDER or number >= len(self._folders):
             return None
         if number == 0 and self.view is View.SAMPLE:
@@ -273,16 +265,18 @@ class MountTree:
         child = self._folders[number].get(name)
         return None if child is None else Node(child, True)
 
-    def _parts_named(self, key: str) -> dict[str, Node]:
-        """The part files of the sample called `key` (none if there is no such sample in the view)."""
+    def _parts_named(self, sample: str | int) -> dict[str, Node]:
+        """The part files of a sample by part name, from its key (none if it is not in the view) or its
+        rowid (a sample folder, already in the view)."""
+        query = self._parts_of_key if isinstance(sample, str) else _PARTS_OF_SAMPLE
         parts: dict[str, Node] = {}
-        for part, rowid, tar_file_id, offset, size in self._db().execute(self._parts_of_key, (key,)):
+        for part, rowid, tar_file_id, offset, size in self._db().execute(query, (sample,)):
             if part not in parts:
                 self._remember(rowid, PartLocation(tar_file_id, offset, size))
                 parts[part] = Node(node_id(PART, rowid), False, size)
-        if len(self._key_parts) >= LOCATION_CACHE_SIZE:
-            self._key_parts = {}
-        self._key_parts[key] = parts
+        if len(self._named_parts) >= LOCATION_CACHE_SIZE:
+            self._named_parts = {}
+        self._named_parts[sample] = parts
         return parts
 
     def _sample_node(self, key: str, tar_file_id: int | None) -> Node | None:

@@ -377,3 +377,16 @@ def test_flat_lookups_find_every_part_of_a_sample_and_nothing_outside_the_split(
             assert not (mounted.mountpoint / name).exists(), name
         for key in keys:
             assert not (mounted.mountpoint / f"{key}.no-such-part").exists(), key
+
+
+@pytest.mark.parametrize("view", ["sample", "shard"])
+def test_files_opened_by_path_without_a_listing_have_their_bytes(base, tmp_path, view):
+    # Every part is found by lookups alone; a sample's parts are looked up in reverse, so all but the
+    # first come from what the first lookup in that folder found.
+    dataset = prepared_dataset(base, "shardprep")
+    expected = expected_files(dataset, view)
+    with Mounted(dataset, tmp_path / "mnt", "--view", view) as mounted:
+        for relative in sorted(expected, reverse=True):
+            assert (mounted.mountpoint / relative).read_bytes() == expected[relative], relative
+        some_folder = Path(sorted(expected)[0]).parent
+        assert not (mounted.mountpoint / some_folder / "no-such-part").exists()
