@@ -25,6 +25,11 @@ def _owner(tree: MountTree) -> Owner:
     return Owner(os.getuid(), os.getgid(), modified // 10**9, modified % 10**9)
 
 
+def _mount(tree: MountTree, mountpoint: str) -> int:
+    """Mount an empty FUSE filesystem named for the dataset; the device descriptor that serves it."""
+    return mount_device(mountpoint, f"shardprep:{tree.dataset.root}")
+
+
 def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | None) -> None:
     """Serve until unmounted; Ctrl-C or SIGTERM unmount first (lazily if files are still open)."""
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -55,7 +60,7 @@ def serve(
 
     `on_ready` runs once the kernel has started the session, before anything else is answered.
     """
-    device = mount_device(mountpoint, f"shardprep:{tree.dataset.root}")
+    device = _mount(tree, mountpoint)
     _run(FuseSession(device, tree, _owner(tree), trace=trace), mountpoint, on_ready)
 
 
@@ -65,7 +70,7 @@ def serve_in_background(tree: MountTree, mountpoint: str) -> int:
     Returns once the child has answered the kernel's first request, so the mount is usable; if the
     child fails before that, the mount is undone and the reason raised here.
     """
-    device = mount_device(mountpoint, f"shardprep:{tree.dataset.root}")
+    device = _mount(tree, mountpoint)
     ready_read, ready_write = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
