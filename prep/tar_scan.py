@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from prep.errors import ShardError
+from prep.tar_header import BLOCK, octal_fields, stored_checksums, unsigned_checksums
 
-BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
 
 # Type flags (tarfile's names) as the integer values of the header byte.
@@ -235,12 +235,13 @@ class HeaderWalker:
             candidates = local + first
             # The block after a PAX header holds its records (it may start the next window).
             following = np.minimum(candidates + 1, whole - 1)
-            if (headers[:, 124] & 0x80).any():  # base-256 sizes: leave to the walk
+            sizes, sizes_ok = octal_fields(headers[:, 124:136])
+            if not sizes_ok.all():  # base-256 or unusual sizes: leave to the walk
                 return None
             pax = headers[:, 156] == PAX_EXTENDED
             if pax.any():
                 # Only the records' bytes are searched, not the zero padding of their blocks.
-                width = int(_octal_fields(headers[pax, 124:136]).max())
+                width = int(sizes[pax].max())
                 if width > BLOCK:
                     return None
                 records = blocks[following[pax], :width].tobytes()
@@ -250,7 +251,7 @@ class HeaderWalker:
                 prefixes[int(candidates[row])] = bytes(headers[row, 345:500]).split(b"\0", 1)[0]
             found.append((
                 candidates,
-                _octal_fields(headers[:, 124:136]),
+                sizes,
                 headers[:, 156].copy(),
                 _checksums_differ(headers),
                 _name_fields(headers),
@@ -543,29 +544,11 @@ def _pax_may_change_index(records: bytes) -> bool:
     return _PAX_KEYWORDS_THAT_MATTER.search(records) is not None
 
 
-_BYTE_PAIRS = np.uint64(0x00FF00FF00FF00FF)
-_EIGHT, _SIXTEEN, _LANE = np.uint64(8), np.uint64(16), np.uint64(0xFFFF)
-
-
 def _checksums_differ(headers: np.ndarray) -> np.ndarray:
-    """Which headers' unsigned byte sums disagree with their stored checksum (to be re-checked exactly).
-
-    The bytes are summed eight at a time as 64-bit words split into four 16-bit lanes (a lane adds at most
-    64 pairs of bytes, 32,640), 256 rows at a time: small temporaries are reused, big ones cost page faults.
-    """
-    computed = np.empty(len(headers), dtype=np.int64)
-    for first in range(0, len(headers), 256):
-        rows = np.ascontiguousarray(headers[first : first + 256])
-        words = rows.view(np.uint64)
-        pairs = words >> _EIGHT
-        pairs &= _BYTE_PAIRS
-        pairs += words & _BYTE_PAIRS
-        lanes = pairs.sum(axis=1, dtype=np.uint64)
-        lanes = (lanes & _LANE) + ((lanes >> _SIXTEEN) & _LANE) + ((lanes >> (2 * _SIXTEEN)) & _LANE) + (
-            lanes >> (3 * _SIXTEEN)
-        )
-        computed[first : first + 256] = lanes.astype(np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64)
-    return computed + 8 * 0x20 != _octal_fields(headers[:, 148:156])
+    """Which headers' unsigned checksums disagree with their stored checksum (to be re-checked exactly,
+    with the signed sum and base-256 fields that tarfile also accepts)."""
+    stored, ok = stored_checksums(headers)
+    return ~ok | (unsigned_checksums(headers) != stored)
 
 
 def _name_fields(headers: np.ndarray) -> np.ndarray:
@@ -582,39 +565,6 @@ def _name_fields(headers: np.ndarray) -> np.ndarray:
 def int_array(values: np.ndarray) -> array:
     """A numpy integer array as an `array("q")`, without a Python int per value."""
     return array("q", values.astype(np.int64, copy=False).tobytes())
-
-
-#: How tar writers fill a numeric field of each width: that many octal digits, then a NUL.
-_USUAL_DIGITS = {12: 11, 8: 6}
-_DIGIT_WEIGHTS = {digits: 8 ** np.arange(digits - 1, -1, -1, dtype=np.int64) for digits in _USUAL_DIGITS.values()}
-
-
-def _octal_fields(field: np.ndarray) -> np.ndarray:
-    """Vectorised tar octal fields: digits accumulate, spaces are skipped, a NUL ends the number.
-
-    Fields written the usual way (see _USUAL_DIGITS) are read as one product with the digit weights; the
-    rest take the general rule. Headers whose value disagrees are re-checked one by one with the exact
-    rules, so this only has to be right for the usual encodings.
-    """
-    digits = _USUAL_DIGITS.get(field.shape[1])
-    if digits is None:
-        return _octal_fields_general(field)
-    head, after = field[:, :digits], field[:, digits]
-    usual = ((head >= 48) & (head <= 55)).all(axis=1) & (after == 0)
-    values = (head.astype(np.int64) - 48) @ _DIGIT_WEIGHTS[digits]
-    if not usual.all():
-        values[~usual] = _octal_fields_general(field[~usual])
-    return values
-
-
-def _octal_fields_general(field: np.ndarray) -> np.ndarray:
-    """`_octal_fields` for any layout: each digit is shifted by three bits per digit that follows it
-    before the NUL."""
-    chars = field.T.astype(np.int64)  # one row per character position: numpy runs along the headers
-    active = np.logical_and.accumulate(chars != 0, axis=0)
-    digit = active & (chars >= 48) & (chars <= 55)
-    following = np.cumsum(digit[::-1], axis=0)[::-1] - digit
-    return (np.where(digit, chars - 48, 0) << (3 * following)).sum(axis=0)
 
 
 def open_shard(path: str, shard: str) -> mmap.mmap | bytes:

@@ -26,7 +26,8 @@ from prep.errors import PrepError
 from prep.index_format import DATASET_YAML, INDEX_UUID, SPLIT_YAML
 from prep.part_decode import content_problem
 from prep.shard_index import index_shard
-from prep.tar_scan import BLOCK, HeaderWalker
+from prep.tar_header import BLOCK, octal_fields, signed_checksums, stored_checksums, unsigned_checksums
+from prep.tar_scan import HeaderWalker
 from prep.verify_columns import TextColumn, member_name_fields, read_columns
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
@@ -36,7 +37,6 @@ MAX_EXAMPLES = 3
 #: A tail after the end-of-archive marker longer than this is read in chunks of this size.
 TAIL_CHUNK = 1 << 20
 REGULAR_TYPEFLAGS = np.frombuffer(b"0\x007", dtype=np.uint8)
-CHECKSUM_COLUMNS = np.concatenate([np.arange(0, 148), np.arange(156, BLOCK)])
 #: Headers gathered and checked at a time (bounds the copies: 16 MB of headers).
 CHUNK = 32768
 #: The ustar name field: member names that fit are compared in bulk, longer ones walked exactly.
@@ -67,26 +67,6 @@ class VerifyReport:
         return not self.problems
 
 
-def _octal_fields(fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parse NUL/space-terminated octal header fields row-wise: (values, parsed-ok mask).
-
-    Leading spaces are allowed; a field starting with a base-256 marker (high bit) is reported not ok so
-    the caller can fall back to the exact parser.
-    """
-    values = np.zeros(len(fields), dtype=np.int64)
-    started = np.zeros(len(fields), dtype=bool)
-    ended = np.zeros(len(fields), dtype=bool)
-    for column in range(fields.shape[1]):
-        byte = fields[:, column].astype(np.int64)
-        digit = (byte >= 48) & (byte <= 55)
-        take = digit & ~ended
-        values = np.where(take, values * 8 + (byte - 48), values)
-        ended |= started & ~digit
-        started |= digit
-    ok = started & (fields[:, 0] < 0x80)
-    return values, ok
-
-
 def _blocks(buffer: np.ndarray) -> np.ndarray:
     """The shard as rows of 512-byte blocks (a view, no copy)."""
     return buffer[: len(buffer) // BLOCK * BLOCK].reshape(-1, BLOCK)
@@ -94,19 +74,13 @@ def _blocks(buffer: np.ndarray) -> np.ndarray:
 
 def _checksums_ok(headers: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """For each gathered header (a row of 512 bytes read at `offsets`), whether its checksum matches."""
-    field = headers[:, 148:156]
-    unsigned = (
-        headers.sum(axis=1, dtype=np.uint32).astype(np.int64)
-        - field.sum(axis=1, dtype=np.int64)
-        + 8 * 0x20  # the checksum is computed with its own field as spaces
-    )
-    stored, parsed = _octal_fields(field)
+    unsigned = unsigned_checksums(headers)
+    stored, parsed = stored_checksums(headers)
     aligned = offsets % BLOCK == 0  # every tar header starts on a block boundary
     ok = aligned & parsed & (stored == unsigned)
     retry = np.flatnonzero(aligned & parsed & ~ok)  # some old tars sum signed bytes
     if retry.size:
-        signed = unsigned[retry] - 256 * (headers[retry][:, CHECKSUM_COLUMNS] > 127).sum(axis=1)
-        ok[retry] = stored[retry] == signed
+        ok[retry] = stored[retry] == signed_checksums(headers[retry], unsigned[retry])
     return ok
 
 
@@ -263,7 +237,7 @@ def _check_parts(
         valid = np.empty(len(rows), dtype=bool)
         valid[known] = start_ok[at_start[chunk_start : chunk_start + CHUNK][known]]
         valid[~known] = _checksums_ok(headers[~known], chunk[~known])
-        sizes, sizes_ok = _octal_fields(headers[:, 124:136])
+        sizes, sizes_ok = octal_fields(headers[:, 124:136])
         typeflag_ok = np.isin(headers[:, 156], REGULAR_TYPEFLAGS)
         names = member_name_fields(samples["key"].take(where[rows]), parts["name"].take(rows), NAME_FIELD)
         name_ok = (headers[:, :NAME_FIELD] == names).all(axis=1) & (headers[:, 345] == 0)  # no ustar prefix
