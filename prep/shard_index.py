@@ -264,18 +264,14 @@ def _joined(texts: np.ndarray) -> tuple[str, array]:
     ends exactly."""
     import numpy as np
 
-    from prep.tar_scan import int_array
+    from prep.tar_scan import int_array, nul_joined
 
-    width = texts.dtype.itemsize
-    raw = np.zeros((len(texts), width + 1), dtype=np.uint8)
-    raw[:, :width] = texts.view(np.uint8).reshape(len(texts), width)
-    keep = raw != 0
-    keep[:, width] = True
-    text = raw[keep].tobytes().decode("utf-8")
-    # a character starts at every byte but the continuation bytes 0b10xxxxxx
-    characters = (keep & ((raw & 0xC0) != 0x80)).sum(axis=1)
+    raw = texts.view(np.uint8).reshape(len(texts), texts.dtype.itemsize)
+    kept = raw != 0
+    text = nul_joined(raw, kept)
+    # a character starts at every byte but the continuation bytes 0b10xxxxxx; each element's NUL is one more
+    characters = (kept & ((raw & 0xC0) != 0x80)).sum(axis=1) + 1
     return text, int_array(np.cumsum(characters) - 1)
-
 
 
 def tar_index_bytes(offsets: array) -> bytes:

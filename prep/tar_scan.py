@@ -325,13 +325,9 @@ class HeaderWalker:
         if not len(name_fields):
             return []
         fields = name_fields.view(np.uint8).reshape(len(name_fields), -1)
-        ended = np.logical_or.accumulate(fields == 0, axis=1)
-        joined = np.zeros((len(fields), fields.shape[1] + 1), dtype=np.uint8)
-        joined[:, :-1] = fields
-        keep = np.ones(joined.shape, dtype=bool)
-        keep[:, :-1] = ~ended
+        before_nul = ~np.logical_or.accumulate(fields == 0, axis=1)
         try:
-            names = joined[keep].tobytes().decode("utf-8").split("\0")[:-1]
+            names = nul_joined(fields, before_nul).split("\0")[:-1]
             for row, prefix in enumerate(prefixes or ()):
                 if prefix is not None:
                     names[row] = prefix.decode("utf-8") + "/" + names[row]
@@ -560,6 +556,23 @@ def _name_fields(headers: np.ndarray) -> np.ndarray:
     else:
         width = max(1, int(nul.argmax(axis=1).max()))
     return np.ascontiguousarray(headers[:, :width]).view(f"S{width}").ravel()
+
+
+def nul_joined(rows: np.ndarray, kept: np.ndarray) -> str:
+    """The `kept` bytes of each row of a 2-D uint8 array, each row followed by a NUL, as one string.
+
+    The bytes are decoded as UTF-8 in one piece rather than a bytes object per row; UnicodeDecodeError
+    if they are not UTF-8.
+
+    >>> rows = np.frombuffer(b"ab\\0\\0cde\\0", dtype=np.uint8).reshape(2, 4)
+    >>> nul_joined(rows, rows != 0)
+    'ab\\x00cde\\x00'
+    """
+    joined = np.zeros((len(rows), rows.shape[1] + 1), dtype=np.uint8)
+    joined[:, :-1] = rows
+    keep = np.ones(joined.shape, dtype=bool)
+    keep[:, :-1] = kept
+    return joined[keep].tobytes().decode("utf-8")
 
 
 def int_array(values: np.ndarray) -> array:

@@ -331,3 +331,22 @@ def test_tarfile_written_headers_pass_both_checksum_checks(members: list[tuple[s
     differ = _checksums_differ(rows)
     # where a header holds the signed sum and it differs from the unsigned one, the quick test flags it
     assert differ.tolist() == [tarfile.nti(h[148:156]) != tarfile.calc_chksums(h)[0] for h in headers]
+
+
+@given(st.lists(st.tuples(st.text(max_size=30).filter(lambda t: "\0" not in t), st.binary(max_size=8)), min_size=1, max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_names_joined_at_once_are_each_name_up_to_its_first_nul(rows: list[tuple[str, bytes]]) -> None:
+    """Both users of the one-decode join: header name fields (cut at the first NUL, whatever follows) and
+    sample keys (NUL-padded, with each key's end in characters)."""
+    import numpy as np
+
+    from prep.shard_index import _joined
+    from prep.tar_scan import HeaderWalker
+
+    texts = [text for text, _ in rows]
+    width = max(len(text.encode()) + 1 + len(tail) for text, tail in rows)
+    fields = np.array([(text.encode() + b"\0" + tail).ljust(width, b"\0") for text, tail in rows], dtype=f"S{width}")
+    assert HeaderWalker._names(fields, None) == texts
+    joined, ends = _joined(np.array([text.encode() for text in texts]))
+    assert joined == "".join(text + "\0" for text in texts)
+    assert list(ends) == [at for at, character in enumerate(joined) if character == "\0"]
