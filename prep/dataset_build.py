@@ -1,7 +1,7 @@
 """A prepared dataset being written: shards under temporary names, their index rows, then `.nv-meta`.
 
-The shard writer hands over each finished shard's `ShardIndex`; its `.tar.idx` goes to the staging area
-and its rows become a small sqlite image at once, so memory stays flat. `finish` numbers the shards in
+The shard writer hands over each finished shard's `ShardRows`; its `.tar.idx` goes to the staging area
+and its rows to a file beside it at once, so memory stays flat. `finish` numbers the shards in
 energon's order and builds `index.sqlite`, `.info.json`, `split.yaml`, `index.uuid` and `dataset.yaml`
 with the same index writer `prepare` uses. Nothing looks complete before `commit`: shards are renamed
 into place first and `.nv-meta` last.
@@ -10,6 +10,7 @@ into place first and `.nv-meta` last.
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,25 @@ from prep.index_writer import (
     SqliteIndexWriter,
     info_json_text,
     new_index_uuid,
-    shard_rows_database,
     split_yaml_text,
 )
-from prep.shard_index import tar_index_bytes
+from prep.shard_index import ShardRows, tar_index_bytes
 from prep.shard_list import shard_sort_key
 from prep.shard_writer import HeaderMaker, ShardWriter, WrittenShard
 from prep.staging import Staging
+
+
+def write_rows_file(path: Path, rows: ShardRows) -> None:
+    """Keep a shard's index rows in a staging file until the index is built.
+
+    Whoever wrote the shard (this process or a worker) saves them; `finish` inserts them with the index
+    writer `prepare` uses. A pickle: the columns and keys go as a few buffers (all keys are one string)."""
+    path.write_bytes(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def read_rows_file(path: Path) -> ShardRows:
+    """The rows `write_rows_file` saved (a file this build wrote into its own staging folder)."""
+    return pickle.loads(path.read_bytes())
 
 
 @dataclass
@@ -33,7 +46,7 @@ class FinishedShard:
     split: str
     count: int
     bytes: int
-    #: The shard's rows as a sqlite image, kept on disk in the staging folder until `finish`.
+    #: The shard's rows (`write_rows_file`), kept on disk in the staging folder until `finish`.
     rows_path: Path
 
 
@@ -65,7 +78,7 @@ class DatasetBuild:
         self.staged_shards: list[tuple[Path, Path]] = []
         self.finished: list[FinishedShard] = []
         self.writers: dict[str, ShardWriter] = {}
-        #: Rows images named so far (shards written here and shards reserved for writing elsewhere).
+        #: Rows files named so far (shards written here and shards reserved for writing elsewhere).
         self.rows_files = 0
 
     def temp_name(self, final: Path) -> Path:
@@ -93,21 +106,21 @@ class DatasetBuild:
         return writer
 
     def _shard_closed(self, split: str, written: WrittenShard) -> None:
-        index = written.index
+        rows = written.rows
         with open(self.staging.tar_index_file(written.shard), "wb") as file:
-            file.write(tar_index_bytes(index.offsets))
+            file.write(tar_index_bytes(rows.offsets()))
         rows_path = self._rows_path()
-        rows_path.write_bytes(shard_rows_database(index))
-        self.finished.append(FinishedShard(written.shard, split, index.count, written.bytes, rows_path))
+        write_rows_file(rows_path, rows)
+        self.finished.append(FinishedShard(written.shard, split, rows.count, written.bytes, rows_path))
 
     def _rows_path(self) -> Path:
         self.rows_files += 1
-        return self.staging.meta_file(f"rows-{self.rows_files - 1}.sqlite.tmp")
+        return self.staging.meta_file(f"rows-{self.rows_files - 1}.pickle.tmp")
 
     def reserve_shard(self, split: str) -> ShardSlot:
         """Name the next shard of `split` for a writer elsewhere (another process): where it and its index go.
 
-        The caller writes the shard to `slot.path`, its `.tar.idx` and its rows image, then hands it back
+        The caller writes the shard to `slot.path`, its `.tar.idx` and its rows file, then hands it back
         with `adopt`. Shards reserved this way and written by `writer(split)` share one numbering."""
         writer = self.writer(split)
         writer.finish_shard()
@@ -133,7 +146,9 @@ class DatasetBuild:
         writer = SqliteIndexWriter(self.staging.meta_file(INDEX_SQLITE), names)
         try:
             for tar_file_id, shard in enumerate(shards):
-                writer.add_shard(shard.shard, shard.rows_path.read_bytes(), tar_file_id)
+                rows = read_rows_file(shard.rows_path)
+                rows.tar_file_id = tar_file_id  # the shard's place is known only now
+                writer.add_rows(rows)
                 shard.rows_path.unlink()
             writer.finish()
         except BaseException:

@@ -21,56 +21,16 @@ from prep.index_format import (
     SAMPLES_TABLE,
     SECONDARY_INDEXES,
 )
-from prep.shard_index import ShardIndex, ShardRows
+from prep.shard_index import ShardRows
 
-_SHARD_SCHEMA = "shard"
 #: sqlite page cache while rows go in: appends touch few pages, and scanning workers run meanwhile.
 INSERT_CACHE_KIB = 2048
 #: sqlite page cache for building the secondary indexes at the end (the sorter works in it).
 INDEX_BUILD_CACHE_KIB = 16384
 
 
-def shard_rows_database(shard: ShardIndex) -> bytes:
-    """One shard's rows as a serialised in-memory sqlite database.
-
-    `write` builds it in the worker that wrote the shard, so the per-row cost of binding parameters runs in
-    parallel; `add_shard` then moves whole tables with one INSERT ... SELECT each. (`prepare` sends rows
-    as columns instead, see `add_rows`.)
-    """
-    db = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        db.execute(SAMPLES_TABLE.replace(" UNIQUE", ""))
-        db.execute(SAMPLE_PARTS_TABLE)
-        db.execute("BEGIN")
-        insert_rows(db, "samples", shard.samples)
-        insert_rows(db, "sample_parts", shard.parts)
-        db.execute("COMMIT")
-        return db.serialize()
-    finally:
-        db.close()
-
-
 class DuplicateKeyError(PrepError):
     """The same sample key in two places: energon's index cannot hold it."""
-
-
-def insert_rows(db: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
-    """Bulk-insert rows of equal width with multi-row INSERT statements.
-
-    Binding thousands of values per statement costs a third of `executemany`'s one statement per row.
-    """
-    if not rows:
-        return
-    width = len(rows[0])
-    per_statement = max(1, min(2000, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
-    row_marks = "(" + ",".join("?" * width) + ")"
-    full = f"INSERT INTO {table} VALUES " + ",".join([row_marks] * per_statement)
-    whole = len(rows) - len(rows) % per_statement
-    for start in range(0, whole, per_statement):
-        db.execute(full, list(chain.from_iterable(rows[start : start + per_statement])))
-    if whole < len(rows):
-        rest = rows[whole:]
-        db.execute(f"INSERT INTO {table} VALUES " + ",".join([row_marks] * len(rest)), list(chain.from_iterable(rest)))
 
 
 def insert_columns(db: sqlite3.Connection, table: str, tar_file_id: int, columns: list[Sequence]) -> None:
@@ -107,7 +67,7 @@ class _SampleKeys:
 
 
 class SqliteIndexWriter:
-    """Builds a fresh `index.sqlite` at `path` from ShardIndex results, shard by shard."""
+    """Builds a fresh `index.sqlite` at `path` from each shard's ShardRows, shard by shard."""
 
     def __init__(self, path: Path, shard_names: list[str]) -> None:
         self.path = path
@@ -126,34 +86,10 @@ class SqliteIndexWriter:
         self.db.execute(SAMPLES_TABLE)
         self.db.execute(SAMPLE_PARTS_TABLE)
 
-    def add_shard(self, shard_name: str, rows_database: bytes, tar_file_id: int | None = None) -> None:
-        """Insert one shard's rows (from `shard_rows_database`); a key already in the index raises
-        DuplicateKeyError naming both places.
-
-        `tar_file_id`, when given, replaces the id stored in the rows (a writer that learns a shard's
-        place in the sorted shard list only after writing it stores a placeholder)."""
-        samples, parts = "*", "*"
-        if tar_file_id is not None:
-            samples = f"{int(tar_file_id)}, sample_key, sample_index, byte_offset, byte_size"
-            parts = f"{int(tar_file_id)}, sample_index, part_name, content_byte_offset, content_byte_size"
-        self.db.execute(f"ATTACH DATABASE ':memory:' AS {_SHARD_SCHEMA}")
-        try:
-            self.db.deserialize(rows_database, name=_SHARD_SCHEMA)
-            self.db.execute("BEGIN")
-            try:
-                self.db.execute(f"INSERT INTO main.samples SELECT {samples} FROM {_SHARD_SCHEMA}.samples")
-            except sqlite3.IntegrityError:
-                duplicate = self._duplicate(shard_name)
-                self.db.execute("ROLLBACK")
-                raise duplicate from None
-            self.db.execute(f"INSERT INTO main.sample_parts SELECT {parts} FROM {_SHARD_SCHEMA}.sample_parts")
-            self.db.execute("COMMIT")
-        finally:
-            self.db.execute(f"DETACH DATABASE {_SHARD_SCHEMA}")
-
     def add_rows(self, rows: ShardRows) -> None:
-        """Insert one shard's rows straight from their columns (from `shard_rows`); a key already in the
-        index raises DuplicateKeyError naming both places."""
+        """Insert one shard's rows straight from their columns (`prepare` scans them with `shard_rows`,
+        `write` records them as it writes); a key already in the index raises DuplicateKeyError naming
+        both places."""
         self.db.execute("BEGIN")
         try:
             samples = [_SampleKeys(rows), range(rows.count), rows.sample_starts, rows.sample_sizes]
@@ -173,16 +109,6 @@ class SqliteIndexWriter:
             if row is not None:
                 return self._duplicate_error(key, row[0], row[1], rows.shard, offset)
         return DuplicateKeyError(f"{rows.shard}: a sample key is not unique across the dataset.")
-
-    def _duplicate(self, shard_name: str) -> DuplicateKeyError:
-        row = self.db.execute(
-            f"SELECT s.sample_key, s.byte_offset, m.tar_file_id, m.byte_offset FROM {_SHARD_SCHEMA}.samples s"
-            " JOIN main.samples m ON m.sample_key = s.sample_key ORDER BY s.sample_index LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return DuplicateKeyError(f"{shard_name}: a sample key is not unique across the dataset.")
-        key, offset, first_shard, first_offset = row
-        return self._duplicate_error(key, first_shard, first_offset, shard_name, offset)
 
     def _duplicate_error(
         self, key: str, first_shard: int, first_offset: int, shard_name: str, offset: int

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prep.index_writer import shard_rows_database
+from prep.dataset_build import write_rows_file
 from prep.shard_index import tar_index_bytes
 from prep.shard_writer import BLOCK, MAX_OCTAL_SIZE, HeaderMaker, ShardFile
 from prep.source_jsonl import parse_lines
@@ -102,7 +102,7 @@ def _lines(file, end: int):  # noqa: ANN001, ANN202 (a binary file; yields its l
 
 
 def write_planned_shard(job: ShardJob) -> ShardDone:
-    """Write one planned shard with its `.tar.idx` and rows image; stops at the first bad line (no files left)."""
+    """Write one planned shard with its `.tar.idx` and rows file; stops at the first bad line (no files left)."""
     plan = job.plan
     shard = ShardFile(job.path, job.shard, job.headers)
     try:
@@ -115,11 +115,11 @@ def write_planned_shard(job: ShardJob) -> ShardDone:
                     return ShardDone(0, 0, record)
                 shard.write(f"{row:09d}", [(PART, record.raw)])  # type: ignore[union-attr]
                 row += 1
-        index = shard.close()
+        rows = shard.close()
     except BaseException:
         shard.abort()
         raise
     with open(job.tar_index_path, "wb") as file:
-        file.write(tar_index_bytes(index.offsets))
-    job.rows_path.write_bytes(shard_rows_database(index))
-    return ShardDone(index.count, shard.pos + 2 * BLOCK)
+        file.write(tar_index_bytes(rows.offsets()))
+    write_rows_file(job.rows_path, rows)
+    return ShardDone(rows.count, shard.pos + 2 * BLOCK)

@@ -2,7 +2,7 @@
 
     >>> writer = ShardWriter(folder, "shard-%06d.tar", maxcount=10_000)      # doctest: +SKIP
     >>> writer.write("000001", [("txt", b"hello"), ("json", b"{}")])         # doctest: +SKIP
-    >>> shards = writer.close()   # one ShardIndex per shard, equal to what prepare would find  # doctest: +SKIP
+    >>> shards = writer.close()   # one ShardRows per shard, equal to what prepare would find  # doctest: +SKIP
 
 Members get a plain 512-byte ustar header (GNU tar and Python's tarfile read it); a PAX header goes in
 front only when the name or size needs one (non-ASCII or over-long names, sizes of 8 GiB and more).
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prep.shard_index import ShardIndex
+from prep.shard_index import ShardRows
 
 BLOCK = 512
 END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
@@ -115,7 +115,7 @@ def _pax_record(key: str, value: str) -> bytes:
 
 
 class ShardFile:
-    """One tar file being written, with the index rows of what is in it so far."""
+    """One tar file being written, with the index rows of what is in it so far (column by column)."""
 
     def __init__(self, path: Path, shard: str, headers: HeaderMaker | None = None) -> None:
         self.path = path
@@ -123,27 +123,29 @@ class ShardFile:
         self.headers = headers or HeaderMaker()
         self.file = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 (closed by close/abort)
         self.pos = 0
-        self.index = ShardIndex(shard, 0)
+        #: tar_file_id 0 stands in until the index writer learns the shard's place in the shard list.
+        self.rows = ShardRows(shard, 0)
+        self.keys: list[str] = []
 
     @property
     def count(self) -> int:
-        return len(self.index.samples)
+        return len(self.keys)
 
     def write(self, key: str, parts: list[tuple[str, bytes]]) -> int:
         """Append one sample (its parts in order, named `key.part`); returns the bytes written."""
-        index = self.index
-        samples = index.samples
-        sample_index = len(samples)
+        rows = self.rows
+        sample_index = len(self.keys)
         start = pos = self.pos
         member = self.headers.member
-        rows = index.parts
-        part_names = index.part_names
         pieces = []
         for part, data in parts:
             size = len(data)
             header = member(f"{key}.{part}", size)
             pos += len(header)
-            rows.append((0, sample_index, part, pos, size))
+            rows.part_samples.append(sample_index)
+            rows.part_names.append(part)
+            rows.part_offsets.append(pos)
+            rows.part_sizes.append(size)
             padding = -size % BLOCK
             if size < 1 << 16:
                 pieces += (header, data, ZERO_PADDING[:padding])
@@ -153,22 +155,22 @@ class ShardFile:
                 self.file.write(data)
                 pieces = [ZERO_PADDING[:padding]]
             pos += size + padding
-            if part not in part_names and len(part_names) < 50:
-                part_names.add(part)
         self.file.write(b"".join(pieces))
-        samples.append((0, key, sample_index, start, pos - start))
-        index.offsets.append(start)
+        self.keys.append(key)
+        rows.sample_starts.append(start)
+        rows.sample_sizes.append(pos - start)
         self.pos = pos
         return pos - start
 
-    def close(self) -> ShardIndex:
-        """Write the end-of-archive marker, flush to disk and return the shard's index."""
-        self.index.offsets.append(self.pos)
+    def close(self) -> ShardRows:
+        """Write the end-of-archive marker, flush to disk and return the shard's index rows."""
+        self.rows.set_keys(self.keys)
+        self.rows.end = self.pos
         self.file.write(END_OF_ARCHIVE)
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        return self.index
+        return self.rows
 
     def abort(self) -> None:
         self.file.close()
@@ -177,12 +179,12 @@ class ShardFile:
 
 @dataclass
 class WrittenShard:
-    """A finished shard: its name under the dataset root, where it was written, and its index."""
+    """A finished shard: its name under the dataset root, where it was written, and its index rows."""
 
     shard: str
     path: Path
     #: The shard's index rows; None once `on_close` has taken them.
-    index: ShardIndex | None
+    rows: ShardRows | None
     bytes: int
 
 
@@ -257,11 +259,11 @@ class ShardWriter:
             return
         shard = self.current
         self.current = None
-        index = shard.close()
-        written = WrittenShard(shard.shard, shard.path, index, shard.pos + 2 * BLOCK)
+        rows = shard.close()
+        written = WrittenShard(shard.shard, shard.path, rows, shard.pos + 2 * BLOCK)
         if self.on_close is not None:
             self.on_close(written)
-            written.index = None  # handed over: holding every shard's rows would grow without bound
+            written.rows = None  # handed over: holding every shard's rows would grow without bound
         self.written.append(written)
 
     def close(self) -> list[WrittenShard]:
