@@ -6,6 +6,10 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
+
+from prep.dataset_build import DatasetBuild
+from prep.index_writer import DuplicateKeyError
 from prep.shard_writer import HeaderMaker
 from prep.write import write_dataset
 from tests.prepare_support import assert_same_index, run_energon_prepare, run_shardprep, twin
@@ -54,6 +58,21 @@ def test_index_equals_energon_prepare(tmp_path: Path) -> None:
     theirs = twin(out, "energon")
     run_energon_prepare(str(theirs), "--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "CrudeWebdataset", "--no-progress")
     assert_same_index(out, theirs)
+
+
+def test_a_key_in_two_shards_is_refused_naming_both_places(tmp_path: Path) -> None:
+    build = DatasetBuild(tmp_path / "out", maxcount=10, maxsize=3e9, pattern="shard-%06d.tar")
+    build.writer("train", "train").write("a", [("txt", b"first")])
+    build.writer("val", "val").write("b", [("txt", b"other")])
+    build.writer("val", "val").write("a", [("txt", b"again")])
+    with pytest.raises(DuplicateKeyError) as refused:
+        build.finish(["train", "val"], None)
+    build.abort()
+    message = str(refused.value)
+    assert "'a' appears in train/shard-000000.tar at byte 0" in message
+    assert "again in val/shard-000000.tar at byte 1024" in message  # after b's header and padded content
+    assert "unique across the dataset" in message and "--exclude" in message
+    assert not (tmp_path / "out" / "train").exists() and not list((tmp_path / "out").rglob("*.tar"))
 
 
 def test_gnu_tar_and_tarfile_read_the_shards_unchanged(tmp_path: Path) -> None:
