@@ -22,6 +22,8 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 from prep.dataset_reader import PartLocation, PreparedDataset
@@ -43,19 +45,15 @@ _ESCAPE = {"%": "%25", "/": "%2F", "\0": "%00"}
 _UNESCAPE_RE = re.compile(r"%(25|2F|00|2E)")
 _UNESCAPE = {"25": "%", "2F": "/", "00": "\0", "2E": "."}
 
-# In the order of the covering index, so the first row of a repeated part name is its first member.
-_PARTS_OF_KEY = (
-    "SELECT sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
-    " FROM samples s"
+# A sample's part files with what finds them again: (sample rowid, key, part name, part rowid, shard,
+# offset, size), in the order of the covering index, so a repeated part name's first row is its first member.
+_NAMED_PARTS = (
+    "SELECT s.rowid, s.sample_key, sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset,"
+    " sp.content_byte_size FROM samples s"
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
-    " WHERE s.sample_key = ?{filter} ORDER BY sp.part_name, sp.content_byte_offset"
+    " WHERE {where} ORDER BY s.rowid, sp.part_name, sp.content_byte_offset"
 )
-_PARTS_OF_SAMPLE = (
-    "SELECT sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
-    " FROM samples s"
-    " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
-    " WHERE s.rowid = ? ORDER BY sp.part_name, sp.content_byte_offset"
-)
+_PARTS_OF_SAMPLE = _NAMED_PARTS.format(where="s.rowid = ?")
 _PARTS_OF_SAMPLES = (
     f"SELECT s.rowid, sp.part_name, (sp.rowid << 2) | {PART}, sp.content_byte_size FROM samples s"
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
@@ -172,7 +170,10 @@ class MountTree:
         if split is not None:
             self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
             sample_filter = " AND {}tar_file_id IN (" + ",".join(map(str, sorted(self.allowed))) + ")"
-        self._parts_of_key = _PARTS_OF_KEY.format(filter=sample_filter.format("s."))
+        self._parts_of_key = _NAMED_PARTS.format(where="s.sample_key = ?" + sample_filter.format("s."))
+        self._parts_of_keys_ahead = _NAMED_PARTS.format(
+            where="s.rowid >= ? AND s.rowid < ?" + sample_filter.format("s.")
+        )
         self._part_filter = sample_filter.format("sp.")
         self._all_parts = _ALL_PARTS.format(filter=self._part_filter)
         self._all_samples = _ALL_SAMPLES.format(filter=sample_filter.format(""))
@@ -189,6 +190,10 @@ class MountTree:
         # A sample's part files by part name, under its key (flat view) or rowid (a sample folder): a
         # sample's parts are usually read together, and one query for all costs little more than one.
         self._named_parts: dict[str | int, dict[str, Node]] = {}
+        # Flat lookups that go through the samples in index order (as `cp -r` or a reader of whole shards
+        # does) read the parts of the next SAMPLES_AHEAD samples in one query: the sample rowid that,
+        # looked up next, starts that.
+        self._keys_ahead_from = -1
         # Sample rowid -> its parts (shown name, node id, size), and where a sequential scan would go on.
         self._sample_parts: dict[int, list[tuple[str, int, int]]] = {}
         self._ahead_from = -1
@@ -250,11 +255,11 @@ class MountTree:
                 return None
             key, part = member
             parts = self._named_parts.get(key)
-            return (self._parts_named(key) if parts is None else parts).get(part)
+            return (self._parts_of_key_read(key) if parts is None else parts).get(part)
         kind, number = parent & 3, parent >> 2
         if kind == SAMPLE:
             parts = self._named_parts.get(number)
-            return (self._parts_named(number) if parts is None else parts).get(unescape_name(name))
+            return (self._parts_of_sample_read(number) if parts is None else parts).get(unescape_name(name))
         if kind != FOLDER or number >= len(self._folders):
             return None
         if number == 0 and self.view is View.SAMPLE:
@@ -265,19 +270,46 @@ class MountTree:
         child = self._folders[number].get(name)
         return None if child is None else Node(child, True)
 
-    def _parts_named(self, sample: str | int) -> dict[str, Node]:
-        """The part files of a sample by part name, from its key (none if it is not in the view) or its
-        rowid (a sample folder, already in the view)."""
-        query = self._parts_of_key if isinstance(sample, str) else _PARTS_OF_SAMPLE
-        parts: dict[str, Node] = {}
-        for part, rowid, tar_file_id, offset, size in self._db().execute(query, (sample,)):
-            if part not in parts:
-                self._remember(rowid, PartLocation(tar_file_id, offset, size))
-                parts[part] = Node(node_id(PART, rowid), False, size)
-        if len(self._named_parts) >= LOCATION_CACHE_SIZE:
+    def _parts_of_key_read(self, key: str) -> dict[str, Node]:
+        """The part files of the sample called `key` by part name (none if it is not in the view), read
+        with those of the next SAMPLES_AHEAD samples when lookups go through the samples in order."""
+        db = self._db()
+        rows = db.execute(self._parts_of_key, (key,)).fetchall()
+        self._make_room()
+        if rows and rows[0][0] == self._keys_ahead_from:
+            self._keys_ahead_from = rows[0][0] + 1 + SAMPLES_AHEAD
+            rows += db.execute(self._parts_of_keys_ahead, (rows[0][0] + 1, self._keys_ahead_from))
+        elif rows:
+            self._keys_ahead_from = rows[0][0] + 1
+        self._named_parts[key] = {}
+        self._keep(rows, by_key=True)
+        return self._named_parts[key]
+
+    def _parts_of_sample_read(self, sample: int) -> dict[str, Node]:
+        """The part files of a sample folder (a sample already in the view) by part name."""
+        rows = self._db().execute(_PARTS_OF_SAMPLE, (sample,)).fetchall()
+        self._make_room()
+        self._named_parts[sample] = {}
+        self._keep(rows, by_key=False)
+        return self._named_parts[sample]
+
+    def _make_room(self) -> None:
+        """Start the lookup caches afresh when a read-ahead might not fit, rather than half-way through."""
+        if len(self._named_parts) > LOCATION_CACHE_SIZE - 2 * SAMPLES_AHEAD:
             self._named_parts = {}
-        self._named_parts[sample] = parts
-        return parts
+        if len(self._locations) > LOCATION_CACHE_SIZE - 8 * SAMPLES_AHEAD:
+            self._locations = {}
+
+    def _keep(self, rows: list[tuple], by_key: bool) -> None:
+        """Remember the part files of the samples in `rows` (as `_NAMED_PARTS` gives them) under each
+        sample's key or rowid, and where each part is."""
+        for (sample, key), group in groupby(rows, key=itemgetter(0, 1)):
+            parts: dict[str, Node] = {}
+            for _, _, part, rowid, tar_file_id, offset, size in group:
+                if part not in parts:
+                    self._remember(rowid, PartLocation(tar_file_id, offset, size))
+                    parts[part] = Node(node_id(PART, rowid), False, size)
+            self._named_parts[key if by_key else sample] = parts
 
     def _sample_node(self, key: str, tar_file_id: int | None) -> Node | None:
         row = (
