@@ -4,8 +4,8 @@ For each dataset (text: 200,000 JSON samples; image: 100,000 JPEG+txt+json sampl
 tools.bench_datasets) the shards are hard-linked into a private folder and prepared once (energon's
 format; both mounts read the same index). Then, per tool:
 
-- time until mounted (launch to the mount point answering),
-- `ls -R` over the whole tree, flat view and per-sample view (energon's `-s`),
+- time until mounted (launch to the mount point answering) and `ls -R` over the whole tree, flat view
+  and per-sample view (energon's `-s`; ours also per-shard): the median of `--repeat` runs,
 - reading every file (or `--read-files N` of them, the same ones for every tool) with 1 and with 4
   reader processes: files/s and MB/s, the median of `--repeat` runs taken in turns by the tools,
 - each step on a fresh mount, so nothing the kernel cached in one step (names from `ls -R`, pages
@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -229,16 +230,19 @@ def bench_dataset(
         )  # energon: no shard view
         for view in views:
             mountpoint = work / f"mnt-{tool}-{view}"
-            log(f"[{name}] {tool} {view}: mounting")
-            mount = Mount(tool, dataset, mountpoint, view)
-            try:
-                row[f"mount_s_{view}"] = mount.seconds_to_mount
-                log(f"[{name}] {tool} {view}: mounted in {mount.seconds_to_mount:.2f} s; ls -R")
-                row[f"ls_R_s_{view}"] = time_ls(mountpoint)
-                log(f"[{name}] {tool} {view}: ls -R {row[f'ls_R_s_{view}']:.2f} s")
-                peaks.append(peak_rss_mb(mount.pid))
-            finally:
-                mount.close()
+            mounted, listed = [], []
+            for repeat in range(repeats):  # the median of `repeats` runs, each on a fresh mount
+                log(f"[{name}] {tool} {view}: mounting")
+                mount = Mount(tool, dataset, mountpoint, view)
+                try:
+                    mounted.append(mount.seconds_to_mount)
+                    log(f"[{name}] {tool} {view}: mounted in {mount.seconds_to_mount:.2f} s; ls -R")
+                    listed.append(time_ls(mountpoint))
+                    log(f"[{name}] {tool} {view}: ls -R {listed[-1]:.2f} s (run {repeat + 1})")
+                    peaks.append(peak_rss_mb(mount.pid))
+                finally:
+                    mount.close()
+            row[f"mount_s_{view}"], row[f"ls_R_s_{view}"] = statistics.median(mounted), statistics.median(listed)
         row["peak_rss_MB"] = max(peaks)
         results[tool] = row
     # Reads are the noisiest figure on a shared machine: each is repeated on a fresh mount, the tools
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="read this many files (same random set for every tool); default all",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each read measurement (median shown)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each mount, ls -R and read measurement (median shown)")
     parser.add_argument("--tools", default="shardprep,energon", help="comma-separated: shardprep,energon")
     parser.add_argument(
         "--cache",
