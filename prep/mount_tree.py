@@ -36,8 +36,8 @@ FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds; the listing queries below compute 
 ROOT = (0 << 2) | FOLDER  # the kernel's root node id is 1
 #: Part locations remembered between the lookup of a name and the reads of its file.
 LOCATION_CACHE_SIZE = 8192
-#: Sample folders listed one after another (as `ls -R` and `find` do) have their parts read this many
-#: samples at a time, one query instead of one per folder.
+#: Samples visited in index order (sample folders listed one after another, as `ls -R` and `find` do;
+#: flat files opened in tar order, as `cp -r` does) have their parts read this many samples at a time.
 SAMPLES_AHEAD = 128
 INDEX_MAP_BYTES = 64 << 20
 
