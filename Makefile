@@ -19,7 +19,7 @@ demo: setup
 	$(PY) examples/demo/demo.py
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider tests prep cookers
 
 lint: setup
 	$(VENV)/bin/ruff check .

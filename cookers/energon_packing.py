@@ -5,7 +5,8 @@ The steps map onto energon's hooks one to one:
 - cooker (`cook_text_document`): a crude sample's `txt` part, or its `json` part's `text` field (or its
   `prompt` + `completion` fields for SFT) becomes a `TextDocument`.
 - `encode_sample`: tokenize; apply the over-long policy here, so that energon's packing buffer only holds
-  pieces that fit (`split` yields several pieces of one document; it is a generator for that reason).
+  pieces that fit (`chunk` yields several pieces of one document; it is a generator for that reason); the
+  policy itself is `cookers.packing.fit_pieces`, applied to one document.
 - `select_samples_to_pack` (stateless): plan bins over the buffer's lengths with `cookers.packing`; every
   sample of the buffer lands in exactly one group (energon drops what this leaves out).
 - `pack_selected_samples` (stateless): lay a group out with `cookers.packed_layout`. For `concat` the
@@ -27,7 +28,7 @@ import torch
 from megatron.energon import Batch, Cooker, Sample, TaskEncoder, edataclass, stateless
 
 from cookers.packed_layout import LABEL_CONVENTIONS, PackedSequence, flatten_packs, layout_pack
-from cookers.packing import ALGORITHMS, OVERLONG_POLICIES, OverlongDocumentError, plan_packs
+from cookers.packing import ALGORITHMS, fit_pieces, overlong_policy, plan_packs
 from cookers.tokenizer import TokenizerAdapter
 
 
@@ -42,7 +43,7 @@ class TextDocument(Sample):
 
 @edataclass
 class TokenizedDocument(Sample):
-    """A document (or a piece of one, for `split`) as tokens; `loss_mask` None supervises all tokens."""
+    """A document (or a piece of one, for `chunk`) as tokens; `loss_mask` None supervises all tokens."""
 
     input_ids: np.ndarray
     loss_mask: np.ndarray | None = None
@@ -100,7 +101,9 @@ def _part_text(value: object) -> object:
 def cook_text_document(sample: dict) -> TextDocument:
     """Cook a crude sample: `txt` part, or `json` part with `text` or `prompt` + `completion` fields."""
     key = sample["__key__"]
-    base = {k: sample[k] for k in ("__key__", "__restore_key__", "__subflavors__", "__sources__") if k in sample}
+    base = {
+        k: sample[k] for k in ("__key__", "__restore_key__", "__subflavors__", "__sources__") if k in sample
+    }
     if "json" in sample:
         record = _part_text(sample["json"])
         if isinstance(record, str):
@@ -131,43 +134,42 @@ class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatc
         seq_length: int,
         algorithm: str = "bfd",
         labels: str = "unshifted",
-        overlong: str = "split",
+        overlong: str = "chunk",
         pad_to_multiple_of: int | None = None,
     ) -> None:
         if algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+            raise ValueError(
+                f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}"
+            )
         if labels not in LABEL_CONVENTIONS:
-            raise ValueError(f"unknown label convention {labels!r}; choose one of {', '.join(LABEL_CONVENTIONS)}")
-        if overlong not in OVERLONG_POLICIES:
-            raise ValueError(f"unknown over-long policy {overlong!r}; choose one of {', '.join(OVERLONG_POLICIES)}")
+            raise ValueError(
+                f"unknown label convention {labels!r}; choose one of {', '.join(LABEL_CONVENTIONS)}"
+            )
         if pad_to_multiple_of is not None and seq_length % pad_to_multiple_of:
-            raise ValueError(f"seq_length {seq_length} is not a multiple of pad_to_multiple_of {pad_to_multiple_of}")
+            raise ValueError(
+                f"seq_length {seq_length} is not a multiple of pad_to_multiple_of {pad_to_multiple_of}"
+            )
         self.tokenizer = tokenizer
         self.seq_length = seq_length
         self.algorithm = algorithm
         self.labels = labels
-        self.overlong = overlong
+        self.overlong = overlong_policy(overlong)
         self.pad_to_multiple_of = pad_to_multiple_of
 
     @stateless
     def encode_sample(self, sample: TextDocument) -> Generator[TokenizedDocument, None, None]:
-        """Tokenize one document and yield it, or its pieces when it is over-long and the policy is `split`."""
+        """Tokenize one document and yield it, or its pieces when it is over-long and the policy cuts it."""
         if sample.text is not None:
             ids, mask = self.tokenizer.encode(sample.text), None
         else:
             ids, mask = self.tokenizer.encode_prompt_completion(sample.prompt, sample.completion)
-        length = len(ids)
-        if length <= self.seq_length or self.algorithm == "concat":
+        if len(ids) <= self.seq_length or self.algorithm == "concat":  # concat cuts the stream itself
             yield TokenizedDocument.derive_from(sample, input_ids=ids, loss_mask=mask)
             return
-        if self.overlong == "error":
-            raise OverlongDocumentError(
-                f"sample {sample.__key__} has {length} tokens, more than the sequence length {self.seq_length}; "
-                "use the over-long policy 'truncate' or 'split' to pack it"
-            )
-        stops = [self.seq_length] if self.overlong == "truncate" else range(self.seq_length, length + self.seq_length, self.seq_length)
-        for piece, stop in enumerate(stops):
-            start, stop = stop - self.seq_length, min(stop, length)
+        _, starts, stops = fit_pieces(
+            np.array([len(ids)]), self.seq_length, self.overlong, [f"sample {sample.__key__}"]
+        )
+        for piece, (start, stop) in enumerate(zip(starts.tolist(), stops.tolist(), strict=True)):
             yield TokenizedDocument.derive_from(
                 sample,
                 __key__=sample.__key__ if self.overlong == "truncate" else f"{sample.__key__}#{piece}",

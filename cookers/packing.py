@@ -1,7 +1,7 @@
 """Packing documents into bins of at most `seq_length` tokens, looking only at their lengths.
 
 A packing is a *plan*: a list of pieces (document index, first token, end token) grouped by bin. A piece
-is a whole document unless the over-long policy cut it (`truncate`, `split`) or the `concat` algorithm
+is a whole document unless the over-long policy cut it (`truncate`, `chunk`) or the `concat` algorithm
 streamed across it. Turning a plan into token arrays is `cookers.packed_layout`'s job.
 
 Algorithms:
@@ -28,10 +28,12 @@ from typing import Literal
 import numpy as np
 
 Algorithm = Literal["bfd", "ffd", "next_fit", "concat"]
-OverlongPolicy = Literal["error", "truncate", "split"]
+OverlongPolicy = Literal["error", "truncate", "chunk"]
 
 ALGORITHMS: tuple[str, ...] = ("bfd", "ffd", "next_fit", "concat")
-OVERLONG_POLICIES: tuple[str, ...] = ("error", "truncate", "split")
+OVERLONG_POLICIES: tuple[str, ...] = ("error", "truncate", "chunk")
+#: Earlier names of over-long policies, still accepted: `split` is `chunk` ("split" means train/val/test).
+_OVERLONG_ALIASES = {"split": "chunk"}
 
 
 class OverlongDocumentError(ValueError):
@@ -85,7 +87,7 @@ class PackPlan:
         )
 
     def bins(self) -> list[list[int]]:
-        """The document indices of every bin (a split document appears in several bins)."""
+        """The document indices of every bin (a chunked document appears in several bins)."""
         docs = self.documents.tolist()
         offsets = self.bin_offsets.tolist()
         return [docs[offsets[b] : offsets[b + 1]] for b in range(self.num_bins)]
@@ -108,7 +110,7 @@ def plan_packs(
     shuffled by `seed` when one is given. Inside a bin, pieces follow the input order.
     `overlong` says what happens to a document longer than `seq_length`: `error` raises
     `OverlongDocumentError` naming it (by `names[i]` when given), `truncate` keeps its first
-    `seq_length` tokens, `split` cuts it into `seq_length`-token pieces that are packed like documents.
+    `seq_length` tokens, `chunk` cuts it into `seq_length`-token pieces that are packed like documents.
     `concat` never needs the policy: it cuts every document where the stream crosses a bin edge.
 
     >>> plan_packs([3, 5, 2, 4], seq_length=7).bins()
@@ -118,8 +120,7 @@ def plan_packs(
         raise ValueError(f"seq_length must be at least 1, got {seq_length}")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown packing algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-    if overlong not in OVERLONG_POLICIES:
-        raise ValueError(f"unknown over-long policy {overlong!r}; choose one of {', '.join(OVERLONG_POLICIES)}")
+    overlong = overlong_policy(overlong)
     lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
     if len(lengths) and lengths.min() < 0:
         raise ValueError("document lengths must not be negative")
@@ -127,7 +128,7 @@ def plan_packs(
     if algorithm == "concat":
         documents, starts, stops, bin_of_piece = _concat_pieces(lengths, seq_length)
     else:
-        documents, starts, stops = _fit_pieces(lengths, seq_length, overlong, names)
+        documents, starts, stops = fit_pieces(lengths, seq_length, overlong, names)
         bin_of_piece = _ASSIGNERS[algorithm](stops - starts, seq_length)
     return _plan_from_assignment(documents, starts, stops, bin_of_piece, seq_length, seed)
 
@@ -180,10 +181,28 @@ def concatenate_plans(parts: Sequence[PackPlan], seq_length: int) -> PackPlan:
     )
 
 
-def _fit_pieces(
-    lengths: np.ndarray, seq_length: int, overlong: str, names: Sequence[str] | None
+def overlong_policy(name: str) -> OverlongPolicy:
+    """The over-long policy called `name` (an earlier name is taken for today's); ValueError if none.
+
+    >>> overlong_policy("truncate"), overlong_policy("split")
+    ('truncate', 'chunk')
+    """
+    name = _OVERLONG_ALIASES.get(name, name)
+    if name not in OVERLONG_POLICIES:
+        raise ValueError(f"unknown over-long policy {name!r}; choose one of {', '.join(OVERLONG_POLICIES)}")
+    return name  # type: ignore[return-value]
+
+
+def fit_pieces(
+    lengths: np.ndarray, seq_length: int, overlong: OverlongPolicy, names: Sequence[str] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pieces (document, start, stop) after applying the over-long policy."""
+    """Pieces (document, start, stop) of documents of `lengths` after the over-long policy: the one
+    place the policy is applied, for whole corpora and for one document at a time (the task encoder).
+
+    >>> fit_pieces(np.array([3, 10]), 4, "chunk")
+    (array([0, 1, 1, 1]), array([0, 0, 4, 8]), array([ 3,  4,  8, 10]))
+    """
+    overlong = overlong_policy(overlong)
     too_long = np.flatnonzero(lengths > seq_length)
     documents = np.arange(len(lengths), dtype=np.int64)
     starts = np.zeros(len(lengths), dtype=np.int64)
@@ -195,9 +214,9 @@ def _fit_pieces(
         more = f" ({len(too_long) - 1} more over-long documents follow)" if len(too_long) > 1 else ""
         raise OverlongDocumentError(
             f"{name} has {int(lengths[first])} tokens, more than the sequence length {seq_length}{more}; "
-            "use the over-long policy 'truncate' or 'split' to pack it"
+            "use the over-long policy 'truncate' or 'chunk' to pack it"
         )
-    # split: piece k of a document covers [k * seq_length, min((k + 1) * seq_length, length)).
+    # chunk: piece k of a document covers [k * seq_length, min((k + 1) * seq_length, length)).
     counts = np.maximum(1, -(-lengths // seq_length))
     documents = np.repeat(documents, counts)
     first_piece = np.cumsum(counts) - counts

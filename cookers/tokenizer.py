@@ -52,10 +52,7 @@ class TokenizerAdapter:
         return self.backend(list(texts), add_special_tokens=False)["input_ids"]
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Token arrays of the texts, each with BOS/EOS as configured.
-
-        >>> # tokenizer.encode_batch(["a text", "another"]) -> [array([...]), array([...])]
-        """
+        """Token arrays of the texts, each with BOS/EOS as configured: one int32 array per text."""
         head = [self.bos_id] if self.add_bos else []
         tail = [self.eos_id] if self.add_eos else []
         return [np.asarray(head + ids + tail, dtype=TOKEN_DTYPE) for ids in self._raw_batch(texts)]

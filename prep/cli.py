@@ -1,12 +1,19 @@
-"""The `shardprep` command line: a click group whose commands are thin shells over the prep modules.
+"""The `shardprep` command line: a lazy click group, and the kit every command's `cli.py` shares.
 
-Each command module is imported only when its command runs, so `shardprep --help` stays fast.
+Each command lives in its package's `cli.py` (a thin shell over the package) and is imported only when
+it runs, so `shardprep --help` stays fast; this module names the commands as strings and never imports
+them. The kit states once what several commands share: the DATASET argument, `--progress`,
+`--num-workers` and `--field-map` with their help, SIGTERM handled like Ctrl-C (so staged files are
+removed and nothing already on disk is touched), and the progress line.
 """
 
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import time
+from pathlib import Path
 
 import click
 
@@ -15,13 +22,13 @@ from prep.errors import PrepError
 
 # name -> "module:attribute" of a click command. Commands register here, one line each.
 COMMANDS: dict[str, str] = {
-    "prepare": "prep.prepare_cli:prepare_command",
-    "mount": "prep.mount_cli:mount_command",
-    "umount": "prep.mount_cli:umount_command",
-    "info": "prep.info_cli:info_command",
-    "verify": "prep.verify_cli:verify_command",
-    "preview": "prep.preview_cli:preview_command",
-    "write": "prep.write_cli:write_command",
+    "prepare": "prep.prepare.cli:prepare_command",
+    "write": "prep.write.cli:write_command",
+    "mount": "prep.mount.cli:mount_command",
+    "umount": "prep.mount.cli:umount_command",
+    "info": "prep.inspect.cli:info_command",
+    "verify": "prep.inspect.cli:verify_command",
+    "preview": "prep.inspect.cli:preview_command",
 }
 
 
@@ -62,3 +69,63 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exit_.exit_code)
     # Without standalone mode click returns `ctx.exit(n)`'s code instead of exiting with it.
     sys.exit(result if isinstance(result, int) else 0)
+
+
+# -- the kit ----------------------------------------------------------------------------------------------
+#: A prepared dataset's folder (the one holding the shards and .nv-meta/).
+dataset_argument = click.argument("dataset", type=click.Path(file_okay=False, path_type=Path))
+progress_option = click.option(
+    "--progress/--no-progress", default=True, show_default=True, help="Show progress (only on a terminal)."
+)
+num_workers_option = click.option(
+    "--num-workers", type=int, default=None, help="Worker processes [default: the number of CPUs]."
+)
+field_map_option = click.option(
+    "--field-map",
+    help='dataset.yaml field map, fields to parts as JSON, e.g. \'{"image": "jpg", "caption": "txt"}\'.',
+)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """Make `kill` (SIGTERM) unwind like Ctrl-C, so a run removes what it staged and leaves the rest."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+class ProgressLine:
+    """One line of progress on stderr, redrawn at most every `interval` seconds, shown only when enabled
+    and the output is a terminal. `close` draws the latest state and ends the line."""
+
+    def __init__(self, enabled: bool, interval: float = 0.25) -> None:
+        self.shown = enabled and sys.stdout.isatty() and sys.stderr.isatty()
+        self.interval = interval
+        self._last = 0.0
+        self._width = 0
+        self._pending: str | None = None
+
+    def show(self, text: str, *, now: bool = False) -> None:
+        """Show `text` as the line (later, at `close`, if it was redrawn less than `interval` ago)."""
+        if not self.shown:
+            return
+        moment = time.monotonic()
+        if not now and moment - self._last < self.interval:
+            self._pending = text
+            return
+        self._last = moment
+        self._draw(text)
+
+    def _draw(self, text: str) -> None:
+        sys.stderr.write("\r" + text.ljust(self._width))
+        sys.stderr.flush()
+        self._width, self._pending = len(text), None
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._draw(self._pending)
+        if self._width:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self._width = 0

@@ -6,7 +6,7 @@ Three parts, each measured in this run (nothing is copied from earlier runs):
 1. utilisation: real tokens / (bins x L) at L = 2048, 4096, 8192 on seeded lognormal lengths (median 300,
    sigma 1.0 and median 1200, sigma 0.8), for per-sample padding, next-fit, FFD and BFD with packing
    buffers of 256, 1000, 10000 documents and offline; the offline bin count against ceil(total / L).
-   Over-long documents are split (no token is lost). Writes a PNG of utilisation against buffer size.
+   Over-long documents are chunked (no token is lost). Writes a PNG of utilisation against buffer size.
 2. speed: 1,000,000 lognormal lengths (median 300, sigma 1.0) as real int32 token arrays, packed by
    `cookers.packed_tokens.pack_token_arrays` and by TRL's `pack_dataset` (bfd with its default 1,000-row
    map batches and offline; wrapped against our concat) with truncation, in the same process; prints
@@ -48,17 +48,17 @@ def lognormal_lengths(count: int, median: float, sigma: float, seed: int = 0) ->
 
 
 def utilisation(lengths: np.ndarray, seq_length: int, algorithm: str, buffer: int | None) -> tuple[float, int]:
-    """(real tokens / (bins x L), bins) for one configuration; over-long documents are split."""
+    """(real tokens / (bins x L), bins) for one configuration; over-long documents are chunked."""
     if algorithm == "padding":
         pieces = np.maximum(1, -(-lengths // seq_length))
         bins = int(pieces.sum())
         return float(lengths.sum()) / (bins * seq_length), bins
-    plan = plan_packs_in_windows(lengths, seq_length, buffer, algorithm, overlong="split")
+    plan = plan_packs_in_windows(lengths, seq_length, buffer, algorithm, overlong="chunk")
     return plan.utilisation(), plan.num_bins
 
 
 def run_utilisation(docs: int, plot_path: Path) -> None:
-    print(f"\n## Utilisation (real tokens / (bins x L)), {docs} documents per distribution, over-long split\n")
+    print(f"\n## Utilisation (real tokens / (bins x L)), {docs} documents per distribution, over-long chunked\n")
     header = f"{'L':>5} {'lengths':>16} {'algorithm':>9} " + " ".join(
         f"{'offline' if b is None else f'buf {b}':>10}" for b in BUFFERS
     ) + f" {'bins off':>9} {'ceil(T/L)':>9} {'excess':>7}"
@@ -224,9 +224,9 @@ def run_loader(samples: int, seq_length: int, buffer: int) -> None:
                 slots += batch.num_packs * seq_length
         return time.perf_counter() - started, tokens, slots
 
-    packed = PackingTaskEncoder(tokenizer, seq_length, algorithm="bfd", overlong="split")
+    packed = PackingTaskEncoder(tokenizer, seq_length, algorithm="bfd", overlong="chunk")
     packed_s, packed_tokens, slots = measure(packed, buffer, batch_size=1)
-    plain_s, plain_tokens, _ = measure(UnpackedTaskEncoder(tokenizer, seq_length, overlong="split"), None, 32)
+    plain_s, plain_tokens, _ = measure(UnpackedTaskEncoder(tokenizer, seq_length, overlong="chunk"), None, 32)
     assert packed_tokens == plain_tokens, "packing lost or duplicated tokens"
     print(f"{'pipeline':<22} {'seconds':>8} {'tokens/s':>12}")
     print(f"{'packed (bfd)':<22} {packed_s:>8.2f} {packed_tokens / packed_s:>12,.0f}   fill {100 * packed_tokens / slots:.2f}%")

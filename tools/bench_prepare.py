@@ -429,7 +429,7 @@ def print_environment(tool_names: list[str], interval: float) -> None:
             f"energon prepare: megatron-energon {importlib.metadata.version('megatron-energon')}, "
             f"--num-workers default {default_num_workers('megatron.energon.tools.prepare', 'command')}"
         )
-    print(f"shardprep prepare: --num-workers default {default_num_workers('prep.prepare_cli', 'prepare_command')}")
+    print(f"shardprep prepare: --num-workers default {default_num_workers('prep.prepare.cli', 'prepare_command')}")
     if "tar -tf" in tool_names:
         print(f"floor: {' '.join(tar_version)} -tf, shards one after another, output to /dev/null")
     print(f"flags for both: {' '.join(PREPARE_FLAGS)}")

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = jsonl_to_shards(jsonl, shards, per_shard=500)
         print(f"{samples} documents -> {len(list(shards.glob('*.tar')))} shards in {shards}")
 
-        encoder = PackingTaskEncoder(tokenizer, args.seq_length, algorithm=args.algorithm, overlong="split",
+        encoder = PackingTaskEncoder(tokenizer, args.seq_length, algorithm=args.algorithm, overlong="chunk",
                                      pad_to_multiple_of=16)
         dataset = get_train_dataset(
             shards, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1), batch_size=args.batch_size,

@@ -5,7 +5,7 @@
 1. A JSONL text corpus -> shards split 8/1/1 by document group, loaded with energon's TextSample.
 2. An image-caption folder (0001.jpg + 0001.txt) -> monolithic shards, loaded as crude samples.
 3. The same folder, polylithic: captions in the shards, images in an auxiliary dataset, joined at load time
-   by the cooker in cookers/aux_media.py through a MetadatasetV2 YAML.
+   by the cooker in cookers/energon_aux_media.py through a MetadatasetV2 YAML.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def cook_monolithic(sample: dict):  # noqa: ANN201
     """The monolithic sample as the same MediaSample the polylithic cooker returns."""
     from megatron.energon.task_encoder.cooking import basic_sample_keys
 
-    from cookers.aux_media import MediaSample
+    from cookers.energon_aux_media import MediaSample
 
     return MediaSample(**basic_sample_keys(sample), parts={"txt": sample["txt"]}, media={"jpg": sample["jpg"]})
 
@@ -76,7 +76,7 @@ def main() -> None:
 
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
-    from cookers.aux_media import AuxMediaTaskEncoder
+    from cookers.energon_aux_media import AuxMediaTaskEncoder
 
     worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0)
 

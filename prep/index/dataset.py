@@ -1,0 +1,183 @@
+"""A prepared dataset opened for reading: its metadata, its index and its parts' bytes, by byte offset.
+
+A prepared dataset is a folder of shards plus `.nv-meta/` (written by `shardprep prepare`, `shardprep
+write` or `energon prepare`). `PreparedDataset` reads `.info.json` (the shard order is the `tar_file_id`
+order), the split file and `dataset.yaml` through `prep.index.meta`, the per-shard `.tar.idx` offsets,
+`index.sqlite` through an `IndexReader`, and part bytes with `os.pread`, so no caller ever loads more of a
+shard than it asked for. It never writes anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from prep.errors import PrepError
+from prep.index.format import (
+    DATASET_YAML,
+    INDEX_SQLITE,
+    META_DIR,
+    SPLIT_YAML,
+    TAR_INDEX_ENTRY,
+    tar_index_name,
+)
+from prep.index.meta import RERUN_PREPARE, read_shard_counts, read_splits
+from prep.index.sqlite import IndexReader, PartLocation
+
+_CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
+
+
+class PreparedDataset:
+    """A prepared dataset opened for reading.
+
+    Metadata is read once at construction; `index` queries `index.sqlite` (opened on first use), and
+    shard files are opened lazily and kept open, so concurrent `read_part` calls share one descriptor per
+    shard (`pread` has no file position to fight over).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.meta = self.root / META_DIR
+        if not self.root.is_dir():
+            raise PrepError(
+                f"{self.root} is not a folder. Give the folder that holds the shards and {META_DIR}/."
+            )
+        if not self.meta.is_dir():
+            raise PrepError(
+                f"{self.root} is not a prepared dataset: it has no {META_DIR}/ folder. Prepare it first with"
+                f" `shardprep prepare {self.root}`."
+            )
+        self.shard_counts = read_shard_counts(self.meta)
+        self.shards = list(self.shard_counts)
+        self._shard_ids = {name: index for index, name in enumerate(self.shards)}
+        self.index = IndexReader(self.sqlite_path)
+        self._fds: dict[int, int] = {}
+        self._fd_lock = threading.Lock()
+        self._nowait_reads = hasattr(os, "RWF_NOWAIT")
+
+    # -- metadata ---------------------------------------------------------------------------------
+    def splits(self, split_file: str = SPLIT_YAML) -> dict[str, list[str]]:
+        """Split name -> shard names, as energon resolves them from the split file."""
+        return read_splits(self.meta / split_file)[0]
+
+    def split_shards(self, split: str | None) -> list[str]:
+        """The shards of one split, or of the whole dataset when `split` is None."""
+        if split is None:
+            return list(self.shards)
+        splits = self.splits()
+        if split not in splits:
+            raise PrepError(
+                f"{self.root} has no split {split!r}; its splits are {', '.join(sorted(splits)) or 'none'}."
+            )
+        return splits[split]
+
+    def dataset_config(self) -> dict | None:
+        """The parsed `dataset.yaml`, or None if there is none."""
+        import yaml
+
+        path = self.meta / DATASET_YAML
+        if not path.exists():
+            return None
+        try:
+            config = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            raise PrepError(f"{path} is not valid YAML ({error}). {RERUN_PREPARE}") from None
+        return config if isinstance(config, dict) else None
+
+    def tar_file_id(self, shard: str) -> int:
+        """The position of a shard in `.info.json`, which is its `tar_file_id` in sqlite."""
+        try:
+            return self._shard_ids[shard]
+        except KeyError:
+            raise PrepError(
+                f"{shard} is not a shard of {self.root} (it is not listed in .info.json)."
+            ) from None
+
+    def shard_path(self, shard: str) -> Path:
+        return self.root / shard
+
+    def tar_index_path(self, shard: str) -> Path:
+        return self.root / tar_index_name(shard)
+
+    def read_tar_index(self, shard: str) -> np.ndarray:
+        """A shard's `.tar.idx` as uint64 offsets: sample starts, then the end of the last sample."""
+        dtype = np.dtype(f"<u{TAR_INDEX_ENTRY.size}")
+        return np.fromfile(self.tar_index_path(shard), dtype=dtype).astype(np.int64)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.meta / INDEX_SQLITE
+
+    # -- bytes ------------------------------------------------------------------------------------
+    def _fd(self, tar_file_id: int) -> int:
+        fd = self._fds.get(tar_file_id)
+        if fd is None:
+            with self._fd_lock:
+                fd = self._fds.get(tar_file_id)
+                if fd is None:
+                    fd = os.open(self.shard_path(self.shards[tar_file_id]), os.O_RDONLY)
+                    self._fds[tar_file_id] = fd
+        return fd
+
+    def _range(self, location: PartLocation, offset: int, size: int | None) -> tuple[int, int]:
+        """The shard offset and length of bytes `offset .. offset+size` of a part, clipped to the part."""
+        available = max(location.size - offset, 0)
+        return location.offset + offset, available if size is None else min(size, available)
+
+    def read_part(self, location: PartLocation, offset: int = 0, size: int | None = None) -> bytes:
+        """Bytes `offset .. offset+size` of a part (all of it by default), read with one `pread`."""
+        start, size = self._range(location, offset, size)
+        if size == 0:
+            return b""
+        fd = self._fd(location.tar_file_id)
+        data = os.pread(fd, size, start)
+        while len(data) < size:  # pread may return short on some filesystems; EOF means a truncated shard
+            more = os.pread(fd, size - len(data), start + len(data))
+            if not more:
+                raise OSError(f"{self.shards[location.tar_file_id]} ends inside a part (truncated shard)")
+            data += more
+        return data
+
+    def read_part_cached(self, location: PartLocation, offset: int, into: memoryview) -> memoryview:
+        """Like `read_part`, into the caller's buffer and only from the page cache: BlockingIOError if
+        the disk would be needed. Returns the filled front of `into` (shorter at the part's end).
+
+        A server answering many clients from one thread reads this way into buffers it reuses, and
+        hands the reads that would wait to threads that may. On filesystems that cannot tell, every
+        call raises BlockingIOError.
+        """
+        start, size = self._range(location, offset, len(into))
+        if not self._nowait_reads:
+            raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL)
+        if size == 0:
+            return into[:0]
+        buffer = into[:size]
+        try:
+            got = os.preadv(self._fd(location.tar_file_id), [buffer], start, os.RWF_NOWAIT)
+        except BlockingIOError:
+            raise
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            self._nowait_reads = False
+            raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL) from None
+        if got < size:  # partly cached, or the shard ends early: the waiting read sorts out which
+            raise BlockingIOError(errno.EAGAIN, "part of the range is not in the page cache")
+        return buffer
+
+    def close(self) -> None:
+        with self._fd_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+        self.index.close()
+
+    def __enter__(self) -> PreparedDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,184 @@
+"""The small files of `.nv-meta`, read and written in one place: `.info.json` (and the legacy
+`.info.yaml`), `split.yaml`, `index.uuid`, and the brace lists split files hold.
+
+`.info.json` lists every shard with its sample count; its key order is the shard order, which is each
+shard's `tar_file_id` in sqlite. `split.yaml` lists each split's shards as brace patterns
+(`a/{000..009}.tar`), collapsed in order when written and expanded with the `braceexpand` package when
+read, as energon does. Readers raise PrepError naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import braceexpand
+
+from prep.errors import PrepError
+from prep.index.format import ENERGON_FORMAT_VERSION, INFO_JSON, INFO_YAML, META_DIR
+
+RERUN_PREPARE = "Re-run `shardprep prepare` (or `energon prepare`) on the dataset folder."
+
+_NUMBER = re.compile(r"\d+")
+
+
+def _tokens(name: str) -> tuple[list[str], list[str]]:
+    """Split a name into literal pieces and the digit runs between them (`len(literals) == len(digits) + 1`)."""
+    literals: list[str] = []
+    digits: list[str] = []
+    position = 0
+    for match in _NUMBER.finditer(name):
+        literals.append(name[position : match.start()])
+        digits.append(match.group())
+        position = match.end()
+    literals.append(name[position:])
+    return literals, digits
+
+
+def _changed_slot(previous: list[str], current: list[str]) -> int | None:
+    """The one digit run that goes up by exactly one at the same width, else None."""
+    changed = [slot for slot, (a, b) in enumerate(zip(previous, current, strict=True)) if a != b]
+    if len(changed) != 1:
+        return None
+    slot = changed[0]
+    a, b = previous[slot], current[slot]
+    if len(a) != len(b) or int(b) != int(a) + 1:
+        return None
+    return slot
+
+
+def collapse(names: list[str]) -> list[str]:
+    """Replace each run of names counting up in one number by a brace range, keeping the order.
+
+    >>> collapse(["s/000.tar", "s/001.tar", "s/002.tar", "t.tar", "s/007.tar"])
+    ['s/{000..002}.tar', 't.tar', 's/007.tar']
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(names):
+        literals, first = _tokens(names[i])
+        slot: int | None = None
+        last = first
+        j = i + 1
+        while j < len(names):
+            next_literals, digits = _tokens(names[j])
+            if next_literals != literals or len(digits) != len(first):
+                break
+            changed = _changed_slot(last, digits)
+            if changed is None or (slot is not None and changed != slot):
+                break
+            slot, last = changed, digits
+            j += 1
+        if slot is None:
+            out.append(names[i])
+        else:
+            pieces = [literals[0]]
+            for k, run in enumerate(first):
+                pieces.append(f"{{{run}..{last[k]}}}" if k == slot else run)
+                pieces.append(literals[k + 1])
+            out.append("".join(pieces))
+        i = j if slot is not None else i + 1
+    return out
+
+
+def expand(patterns: list[str]) -> list[str]:
+    """Expand brace patterns as energon does (the `braceexpand` package), in order."""
+    return [name for pattern in patterns for name in braceexpand.braceexpand(pattern)]
+
+
+def is_prepared(root: Path) -> bool:
+    """Whether `root` already has an energon index (`.nv-meta/.info.json` or the legacy `.info.yaml`)."""
+    return (root / META_DIR / INFO_JSON).is_file() or (root / META_DIR / INFO_YAML).is_file()
+
+
+def read_info(meta: Path) -> dict:
+    """The parsed `.info.json` of the index folder `meta` (or its legacy `.info.yaml`), checked: a mapping
+    with `shard_counts`, shard name to sample count."""
+    if (meta / INFO_JSON).is_file():
+        path, info = meta / INFO_JSON, _parse(meta / INFO_JSON, json.loads, ValueError)
+    elif (meta / INFO_YAML).is_file():
+        import yaml
+
+        path, info = meta / INFO_YAML, _parse(meta / INFO_YAML, yaml.safe_load, yaml.YAMLError)
+    else:
+        raise PrepError(
+            f"{meta.parent} has not been prepared: {META_DIR}/{INFO_JSON} is missing. {RERUN_PREPARE}"
+        )
+    counts = info.get("shard_counts") if isinstance(info, dict) else None
+    if not isinstance(counts, dict) or not all(
+        isinstance(count, int) and not isinstance(count, bool) for count in counts.values()
+    ):
+        raise PrepError(
+            f"{path} has no valid `shard_counts` mapping of shard name to sample count. {RERUN_PREPARE}"
+        )
+    return info
+
+
+def _parse(path: Path, loads: Callable[[str], object], errors: type[Exception] | tuple) -> object:
+    """A meta file parsed by `loads`; PrepError naming the file if it cannot be read or parsed."""
+    try:
+        return loads(path.read_text())
+    except OSError as error:
+        raise PrepError(f"{path} cannot be read ({error.strerror}). {RERUN_PREPARE}") from None
+    except errors as error:
+        raise PrepError(f"{path} is not valid ({error}). {RERUN_PREPARE}") from None
+
+
+def read_shard_counts(meta: Path) -> dict[str, int]:
+    """Shard name -> sample count from `.info.json`, in its order (the `tar_file_id` order)."""
+    return {str(name): int(count) for name, count in read_info(meta)["shard_counts"].items()}
+
+
+def info_json_text(shard_counts: dict[str, int]) -> str:
+    """`.info.json` exactly as energon writes it: format version, then shard counts in shard order."""
+    info = {"energon_version": ENERGON_FORMAT_VERSION, "shard_counts": shard_counts}
+    return json.dumps(info, indent=2)
+
+
+def info_yaml_text(shard_counts: dict[str, int]) -> str:
+    """The legacy `.info.yaml`, kept in sync when a dataset still has one (energon does the same)."""
+    import yaml
+
+    return yaml.dump({"energon_version": ENERGON_FORMAT_VERSION, "shard_counts": shard_counts})
+
+
+def info_json_from_yaml(meta: Path) -> str:
+    """`.info.json` for an index folder that holds only the legacy `.info.yaml` (energon writes it when it
+    re-indexes such a dataset)."""
+    return json.dumps(read_info(meta), indent=2)
+
+
+def split_yaml_text(splits: dict[str, list[str]]) -> str:
+    """`split.yaml`: each split's shards, brace-collapsed in order, and an empty exclude list."""
+    import yaml
+
+    document = {"split_parts": {name: collapse(shards) for name, shards in splits.items()}, "exclude": []}
+    return yaml.dump(document, sort_keys=False)
+
+
+def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """The split file's shard lists (brace-expanded, excluded shards removed) and its expanded excludes.
+
+    Entries of `exclude` that contain a `/` below a shard name exclude single samples; energon keeps them
+    in the exclude list, and so does this function.
+    """
+    import yaml
+
+    raw = _parse(path, yaml.safe_load, yaml.YAMLError)
+    if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
+        raise PrepError(f"{path} has no `split_parts` mapping, so no split can be read. {RERUN_PREPARE}")
+    excludes = expand([str(pattern) for pattern in raw.get("exclude") or []])
+    excluded = set(excludes)
+    splits: dict[str, list[str]] = {}
+    for split, patterns in raw["split_parts"].items():
+        names = expand([str(pattern) for pattern in patterns or []])
+        splits[str(split)] = [name for name in names if name not in excluded]
+    return splits, excludes
+
+
+def new_index_uuid() -> str:
+    """A fresh dataset identity, as energon writes one on every re-index."""
+    return str(uuid.uuid4())

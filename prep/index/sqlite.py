@@ -1,0 +1,403 @@
+"""`index.sqlite`, written and read: the only module with SQL in it.
+
+`SqliteIndexWriter` builds a fresh index from each shard's `ShardRows` (one writer serves `prepare` and
+`write`): rows go in per shard in bulk, the secondary indexes are created at the end, and the sample-key
+uniqueness energon relies on is enforced by the table. `IndexReader` holds every query anyone runs
+against an index: row lookups (preview), whole columns (verify, info), and the joins a mount answers
+names and listings with, each a named method, over one read-only connection per thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from prep.errors import PrepError
+from prep.index.format import SAMPLE_PARTS_TABLE, SAMPLES_TABLE, SECONDARY_INDEXES
+from prep.index.meta import RERUN_PREPARE
+from prep.index.rows import ShardRows
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from prep.index.columns import TextColumn
+
+#: sqlite page cache while rows go in: appends touch few pages, and scanning workers run meanwhile.
+INSERT_CACHE_KIB = 2048
+#: sqlite page cache for building the secondary indexes at the end (the sorter works in it).
+INDEX_BUILD_CACHE_KIB = 16384
+#: Rows per `group_concat` query of a column read: bounds each string well below sqlite's 1 GB limit.
+COLUMN_CHUNK_ROWS = 1 << 20
+
+
+class DuplicateKeyError(PrepError):
+    """The same sample key in two places: energon's index cannot hold it."""
+
+
+def insert_columns(db: sqlite3.Connection, table: str, tar_file_id: int, columns: list[Sequence]) -> None:
+    """Bulk-insert rows `(tar_file_id, *columns[.][i])` with multi-row INSERT statements, straight from the
+    columns: only one statement's rows exist as Python values at a time."""
+    count = len(columns[0])
+    if not count:
+        return
+    width = len(columns)
+    per_statement = max(1, min(2000, (db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 1) // width))
+    row_marks = "(?1," + ",".join("?" * width) + ")"  # each "?" numbers itself after the largest so far
+    statement = ""
+    for start in range(0, count, per_statement):
+        stop = min(count, start + per_statement)
+        if stop - start != per_statement or not statement:
+            statement = f"INSERT INTO {table} VALUES " + ",".join([row_marks] * (stop - start))
+        values = [tar_file_id]
+        values += chain.from_iterable(zip(*(column[start:stop] for column in columns), strict=True))
+        db.execute(statement, values)
+
+
+class _SampleKeys:
+    """The sample keys of a ShardRows as a column of `insert_columns`, cut into str objects a statement's
+    worth at a time."""
+
+    def __init__(self, rows: ShardRows) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows.count
+
+    def __getitem__(self, rows: slice) -> list[str]:
+        return self.rows.keys_between(rows.start, rows.stop)
+
+
+class SqliteIndexWriter:
+    """Builds a fresh `index.sqlite` at `path` from each shard's ShardRows, shard by shard.
+
+        with SqliteIndexWriter(path, shard_names) as writer:
+            for rows in each_shards_rows:
+                writer.add_rows(rows)
+            writer.finish()
+
+    Leaving the block without `finish` closes the half-built file (the caller's staging removes it).
+    """
+
+    def __init__(self, path: Path, shard_names: list[str]) -> None:
+        self.path = path
+        self.shard_names = shard_names
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self._finished = False
+        # A fresh file in a staging folder that nobody reads before we finish: no fsync, journal in RAM
+        # (per-shard transactions keep it small). Index builds sort in temp files, so memory stays flat.
+        # A small page cache while rows go in (they are appended); a bigger one for the index builds.
+        for pragma in (
+            "PRAGMA journal_mode = MEMORY",
+            "PRAGMA synchronous = OFF",
+            "PRAGMA locking_mode = EXCLUSIVE",
+            f"PRAGMA cache_size = -{INSERT_CACHE_KIB}",
+        ):
+            self.db.execute(pragma)
+        self.db.execute(SAMPLES_TABLE)
+        self.db.execute(SAMPLE_PARTS_TABLE)
+
+    def add_rows(self, rows: ShardRows) -> None:
+        """Insert one shard's rows straight from their columns (`prepare` scans them with `shard_rows`,
+        `write` records them as it writes); a key already in the index raises DuplicateKeyError naming
+        both places."""
+        self.db.execute("BEGIN")
+        try:
+            samples = [_SampleKeys(rows), range(rows.count), rows.sample_starts, rows.sample_sizes]
+            insert_columns(self.db, "samples", rows.tar_file_id, samples)
+        except sqlite3.IntegrityError:
+            self.db.execute("ROLLBACK")
+            raise self._duplicate_of(rows) from None
+        parts = [rows.part_samples, rows.part_names, rows.part_offsets, rows.part_sizes]
+        insert_columns(self.db, "sample_parts", rows.tar_file_id, parts)
+        self.db.execute("COMMIT")
+
+    def _duplicate_of(self, rows: ShardRows) -> DuplicateKeyError:
+        """The first sample of `rows` whose key is already in the index, as an error naming both places."""
+        for key, offset in zip(rows.sample_keys, rows.sample_starts, strict=True):
+            found = self.db.execute(
+                "SELECT tar_file_id, byte_offset FROM samples WHERE sample_key = ?", (key,)
+            )
+            row = found.fetchone()
+            if row is not None:
+                first_shard, first_offset = row
+                return DuplicateKeyError(
+                    f"Sample key {key!r} appears in {self.shard_names[first_shard]} at byte {first_offset} and"
+                    f" again in {rows.shard} at byte {offset}. energon needs every sample key to be unique"
+                    " across the dataset (the key is the member path up to the first dot of its file name)."
+                    " Rename one of them, e.g. by re-writing the shards with a per-shard key prefix, or leave"
+                    " one shard out with --exclude."
+                )
+        return DuplicateKeyError(f"{rows.shard}: a sample key is not unique across the dataset.")
+
+    def finish(self) -> None:
+        """Create the secondary indexes and close the database."""
+        self.db.execute(f"PRAGMA cache_size = -{INDEX_BUILD_CACHE_KIB}")
+        self.db.execute("BEGIN")
+        for statement in SECONDARY_INDEXES:
+            self.db.execute(statement)
+        self.db.execute("COMMIT")
+        self.db.close()
+        self._finished = True
+
+    def __enter__(self) -> SqliteIndexWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._finished:
+            self.db.close()
+
+
+class PartLocation(NamedTuple):
+    """Where one part's bytes live: shard position (`tar_file_id`), data offset and length.
+
+    A named tuple, not a dataclass: the mount makes one per file it serves, and tuples are made faster.
+    """
+
+    tar_file_id: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRow:
+    """One row of the `samples` table."""
+
+    tar_file_id: int
+    key: str
+    index: int
+    offset: int
+    size: int
+
+
+class PartRow(NamedTuple):
+    """One part of a sample with what finds it again, as the sample-parts joins give it."""
+
+    sample_rowid: int
+    sample_key: str
+    part_name: str
+    part_rowid: int
+    tar_file_id: int
+    offset: int
+    size: int
+
+
+def _part_row(cursor: sqlite3.Cursor, row: tuple) -> PartRow:
+    return PartRow(*row)
+
+
+_SAMPLE = "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
+# A sample's parts with what finds them again (PartRow), in the order of the covering index, so a repeated
+# part name's first row is its first member.
+_SAMPLE_PARTS = (
+    "SELECT s.rowid, s.sample_key, sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset,"
+    " sp.content_byte_size FROM samples s"
+    " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
+    " WHERE {where}{shards} ORDER BY s.rowid, sp.part_name, sp.content_byte_offset"
+)
+_PART_FILES_PAGE = (
+    "SELECT s.sample_key || '.' || sp.part_name, sp.rowid, sp.content_byte_size FROM sample_parts sp"
+    " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
+    " WHERE sp.rowid > ?{shards} ORDER BY sp.rowid LIMIT ?"
+)
+
+
+class IndexReader:
+    """Every query of a prepared dataset's `index.sqlite`, read-only, safe to use from several threads.
+
+    Each thread queries through its own connection, opened on first use. A reader made with `shards`
+    sees only the samples (and their parts) of those `tar_file_id`s, as a mount of one split does.
+    `mmap_bytes` maps that much of the file instead of reading it page by page (faster lookups; the
+    mapping is bounded, so memory does not grow with the dataset).
+    """
+
+    def __init__(self, path: Path, *, shards: Collection[int] | None = None, mmap_bytes: int = 0) -> None:
+        self.path = path
+        self.mmap_bytes = mmap_bytes
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        in_shards = "" if shards is None else ",".join(str(int(shard)) for shard in sorted(shards))
+        self._shards = "" if shards is None else f" AND {{}}tar_file_id IN ({in_shards})"
+        self._parts_by_key = _SAMPLE_PARTS.format(where="s.sample_key = ?", shards=self._in_shards("s."))
+        self._parts_between = _SAMPLE_PARTS.format(
+            where="s.rowid >= ? AND s.rowid < ?", shards=self._in_shards("s.")
+        )
+        self._part_files_page = _PART_FILES_PAGE.format(shards=self._in_shards("sp."))
+
+    def _in_shards(self, table: str) -> str:
+        return self._shards.format(table)
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = self._connect()
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.path.exists():
+            raise PrepError(f"{self.path} is missing. {RERUN_PREPARE}")
+        # immutable: no locks or change checks per query (each costs syscalls); readers see a snapshot
+        uri = self.path.resolve().as_uri() + "?mode=ro&immutable=1"
+        try:
+            connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            connection.execute("SELECT 1 FROM samples LIMIT 1").fetchall()
+            connection.execute("SELECT 1 FROM sample_parts LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as error:
+            raise PrepError(
+                f"{self.path} cannot be read as energon's index ({error}); it needs the tables `samples`"
+                f" and `sample_parts`. {RERUN_PREPARE}"
+            ) from None
+        if self.mmap_bytes:
+            connection.execute(f"PRAGMA mmap_size={int(self.mmap_bytes)}")
+        return connection
+
+    def check(self) -> None:
+        """Open and close a connection, so an unreadable index is reported before any work (and before a
+        fork: connections are opened where they are used)."""
+        self._connect().close()
+
+    def close(self) -> None:
+        """Close every thread's connection."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for db in connections:
+            db.close()
+        self._local = threading.local()
+
+    # -- samples ----------------------------------------------------------------------------------------
+    def sample_by_key(self, key: str) -> SampleRow | None:
+        row = self._db().execute(f"{_SAMPLE} WHERE sample_key = ?{self._in_shards('')}", (key,)).fetchone()
+        return None if row is None else SampleRow(*row)
+
+    def sample_by_rowid(self, rowid: int) -> SampleRow | None:
+        row = self._db().execute(f"{_SAMPLE} WHERE rowid = ?{self._in_shards('')}", (rowid,)).fetchone()
+        return None if row is None else SampleRow(*row)
+
+    def sample_place(self, key: str) -> tuple[int, int] | None:
+        """(rowid, tar_file_id) of the sample called `key`, or None."""
+        query = f"SELECT rowid, tar_file_id FROM samples WHERE sample_key = ?{self._in_shards('')}"
+        return self._db().execute(query, (key,)).fetchone()
+
+    def sample_shard(self, rowid: int) -> int | None:
+        """The tar_file_id of the sample with this rowid, or None."""
+        query = f"SELECT tar_file_id FROM samples WHERE rowid = ?{self._in_shards('')}"
+        row = self._db().execute(query, (rowid,)).fetchone()
+        return None if row is None else row[0]
+
+    def samples_of_shard(self, tar_file_id: int, after_index: int = -1) -> Iterator[SampleRow]:
+        """The samples of one shard in order, starting after `after_index` (a lazily stepped cursor)."""
+        cursor = self._db().execute(
+            f"{_SAMPLE} WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
+            (tar_file_id, after_index),
+        )
+        try:
+            for row in cursor:
+                yield SampleRow(*row)
+        finally:
+            cursor.close()
+
+    def samples_page(self, after_rowid: int, limit: int) -> list[tuple[str, int]]:
+        """(key, rowid) of up to `limit` samples after `after_rowid`, in rowid order."""
+        query = f"SELECT sample_key, rowid FROM samples WHERE rowid > ?{self._in_shards('')} ORDER BY rowid LIMIT ?"
+        return self._db().execute(query, (after_rowid, limit)).fetchall()
+
+    def shard_samples_page(
+        self, tar_file_id: int, after_index: int, limit: int
+    ) -> list[tuple[str, int, int]]:
+        """(key, rowid, sample_index) of up to `limit` samples of one shard after `after_index`."""
+        query = (
+            "SELECT sample_key, rowid, sample_index FROM samples WHERE tar_file_id = ? AND sample_index > ?"
+            " ORDER BY sample_index LIMIT ?"
+        )
+        return self._db().execute(query, (tar_file_id, after_index, limit)).fetchall()
+
+    # -- parts --------------------------------------------------------------------------------------------
+    def parts_of_sample(self, tar_file_id: int, index: int) -> list[tuple[str, PartLocation]]:
+        """(part name, location) of every part of one sample, in tar order."""
+        rows = self._db().execute(
+            "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts"
+            " WHERE tar_file_id = ? AND sample_index = ? ORDER BY content_byte_offset",
+            (tar_file_id, index),
+        )
+        return [(name, PartLocation(tar_file_id, offset, size)) for name, offset, size in rows]
+
+    def parts_by_key(self, key: str) -> list[PartRow]:
+        """Every part of the sample called `key` (none if there is no such sample), by name."""
+        return self._part_rows(self._parts_by_key, (key,))
+
+    def parts_between(self, first_rowid: int, stop_rowid: int) -> list[PartRow]:
+        """Every part of the samples with rowids `first_rowid` to `stop_rowid` (exclusive), sample by
+        sample and by name within a sample."""
+        return self._part_rows(self._parts_between, (first_rowid, stop_rowid))
+
+    def _part_rows(self, query: str, parameters: tuple) -> list[PartRow]:
+        cursor = self._db().cursor()
+        cursor.row_factory = _part_row
+        return cursor.execute(query, parameters).fetchall()
+
+    def part_location(self, part_rowid: int) -> PartLocation | None:
+        query = "SELECT tar_file_id, content_byte_offset, content_byte_size FROM sample_parts WHERE rowid = ?"
+        row = self._db().execute(query, (part_rowid,)).fetchone()
+        return None if row is None else PartLocation(*row)
+
+    def part_files_page(self, after_rowid: int, limit: int) -> list[tuple[str, int, int]]:
+        """(`KEY.PART`, part rowid, size) of up to `limit` parts after `after_rowid`, in rowid order."""
+        return self._db().execute(self._part_files_page, (after_rowid, limit)).fetchall()
+
+    def part_usage(self) -> tuple[int, int]:
+        """(total bytes, count) of the parts."""
+        query = "SELECT COALESCE(SUM(sp.content_byte_size), 0), COUNT(*) FROM sample_parts sp WHERE 1"
+        total, count = self._db().execute(query + self._in_shards("sp.")).fetchone()
+        return int(total), int(count)
+
+    # -- whole columns ------------------------------------------------------------------------------------
+    def columns(
+        self, table: str, integers: dict[str, str], text: str | None = None
+    ) -> tuple[dict[str, np.ndarray], TextColumn | None]:
+        """Every row of `table` in storage (rowid) order: integer columns as int64 arrays (NULL reads as
+        0), named as `integers` maps names to columns, and the `text` column if one is named.
+
+        sqlite joins each column of a million rows at a time into one string, which numpy parses: far
+        cheaper than a Python tuple per row. Raises PrepError, or sqlite3.Error, when a column holds
+        something else than its type.
+        """
+        import numpy as np
+
+        from prep.index.columns import TEXT_SEPARATOR, TextColumn, parse_integers
+
+        names = [*integers.values(), *([text] if text else [])]
+        aggregates = ", ".join(
+            [f"group_concat(ifnull({name}, 0))" for name in integers.values()]
+            + ([f"group_concat(ifnull({text}, ''), char(0))"] if text else [])
+        )
+        db = self._db()
+        chunks = []
+        try:  # rowid order is storage order, the cheapest to scan; chunks keep each string small
+            query = (
+                f"SELECT count(*), max(row), {aggregates} FROM (SELECT rowid AS row, {', '.join(names)}"
+                f" FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT {COLUMN_CHUNK_ROWS})"
+            )
+            last = None
+            while not chunks or chunks[-1][0] == COLUMN_CHUNK_ROWS:
+                count, last, *values = db.execute(query, (-(1 << 63) if last is None else last,)).fetchone()
+                chunks.append((count, *values))
+        except sqlite3.OperationalError:  # a table without rowid: one query for all of it
+            chunks = [db.execute(f"SELECT count(*), {aggregates} FROM {table}").fetchone()]
+        chunks = [chunk for chunk in chunks if chunk[0]]
+        columns = {
+            name: np.concatenate(
+                [np.zeros(0, np.int64)] + [parse_integers(chunk[1 + i], chunk[0], column) for chunk in chunks]
+            )
+            for i, (name, column) in enumerate(integers.items())
+        }
+        if not text:
+            return columns, None
+        joined = TEXT_SEPARATOR.join(chunk[-1] for chunk in chunks)
+        return columns, TextColumn.from_joined(joined, sum(chunk[0] for chunk in chunks))

@@ -1,0 +1,155 @@
+"""All-or-nothing runs: write every output under a temporary name beside its final place, then put them in
+place together.
+
+    with Staging(root) as staging:
+        write(staging.temp_path(root / "shard-000000.tar"))     # any file or folder the run makes
+        write(staging.meta_file("index.sqlite"))                  # the new .nv-meta, built beside the old
+        staging.commit()
+
+`temp_path(final)` is the one rule for staged names (`NAME.shardprep-TOKEN.tmp`, beside the final path),
+and the staging remembers every name it gave. `commit` renames them into place in the order they were
+given and swaps the new `.nv-meta` in last (atomically where the kernel offers RENAME_EXCHANGE), so a
+dataset never looks complete before it is. Leaving the `with` block without `commit` (an error, Ctrl-C,
+SIGTERM turned into KeyboardInterrupt) removes every staged file and every folder the run created, and
+leaves what was there before exactly as it was.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from prep.index.format import INDEX_SQLITE, META_DIR, tar_index_name
+
+#: Files a prepare always rebuilds; the rest of an existing `.nv-meta` (dataset.yaml, sample_loader.py,
+#: the user's own files) is carried over unless the run writes a new version.
+_REBUILT = frozenset({INDEX_SQLITE})
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _rename_exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically with renameat2(RENAME_EXCHANGE); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return result == 0
+
+
+class Staging:
+    """One run's staged outputs under dataset `root` (made if missing); a context manager that discards
+    them unless committed.
+
+    `meta=True` stages a new `.nv-meta` folder (made with `meta_mode` if given), holding copies of the old
+    one's files when `carry_over` (a prepare keeps the user's dataset.yaml; a write replaces everything).
+    """
+
+    def __init__(
+        self, root: Path, *, meta: bool = True, meta_mode: int | None = None, carry_over: bool = True
+    ) -> None:
+        self.root = root
+        self.token = uuid.uuid4().hex[:12]
+        self.meta = root / META_DIR
+        self._moves: list[tuple[Path, Path]] = []
+        self._created: list[Path] = []
+        self._committed = False
+        self._make_folder(root)
+        self.staged_meta: Path | None = None
+        if meta:
+            self.staged_meta = self._staged_name(self.meta)
+            self.staged_meta.mkdir()
+            if meta_mode is not None:
+                os.chmod(self.staged_meta, meta_mode)
+            if carry_over and self.meta.is_dir():
+                for entry in self.meta.iterdir():
+                    if entry.name not in _REBUILT and entry.is_file():
+                        shutil.copy2(entry, self.staged_meta / entry.name)
+
+    def _staged_name(self, final: Path, tag: str = "tmp") -> Path:
+        return final.with_name(f"{final.name}.shardprep-{self.token}.{tag}")
+
+    def temp_path(self, final: Path) -> Path:
+        """Where to write `final` (a file or a folder) during the run; it is moved there at commit.
+
+        Folders on the way to `final` are made now, and removed again on abort if they are left empty.
+        """
+        self._make_folder(final.parent)
+        staged = self._staged_name(final)
+        self._moves.append((staged, final))
+        return staged
+
+    def _make_folder(self, folder: Path) -> None:
+        """Make `folder` and its missing parents, remembering which were made (abort removes them)."""
+        missing = [folder, *folder.parents]
+        missing = missing[: next((i for i, path in enumerate(missing) if path.exists()), len(missing))]
+        folder.mkdir(parents=True, exist_ok=True)
+        self._created += reversed(missing)
+
+    def tar_index_file(self, shard: str) -> Path:
+        """Where to write a shard's `.tar.idx` during the run (beside the shard)."""
+        return self.temp_path(self.root / tar_index_name(shard))
+
+    def meta_file(self, name: str) -> Path:
+        """Where to write `.nv-meta/NAME` during the run."""
+        if self.staged_meta is None:
+            raise ValueError("this staging builds no .nv-meta")
+        return self.staged_meta / name
+
+    def staged_paths(self) -> set[Path]:
+        """Every path this run writes under a temporary name (what a cleanup of the old contents keeps)."""
+        staged = {path for path, _ in self._moves}
+        if self.staged_meta is not None:
+            staged.add(self.staged_meta)
+        return staged
+
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    def commit(self) -> None:
+        """Move every staged file into place in the order they were named; the `.nv-meta` swap is last."""
+        for staged, final in self._moves:
+            os.replace(staged, final)
+        self._moves.clear()
+        if self.staged_meta is not None:
+            if not self.meta.exists():
+                os.rename(self.staged_meta, self.meta)
+            elif _rename_exchange(self.staged_meta, self.meta):
+                shutil.rmtree(self.staged_meta)
+            else:
+                retired = self._staged_name(self.meta, "old")
+                os.rename(self.meta, retired)
+                os.rename(self.staged_meta, self.meta)
+                shutil.rmtree(retired)
+        self._committed = True
+
+    def abort(self) -> None:
+        """Remove everything this run staged and the folders it made; the dataset stays as it was."""
+        for staged, _ in self._moves:
+            if staged.is_dir() and not staged.is_symlink():
+                shutil.rmtree(staged, ignore_errors=True)
+            else:
+                staged.unlink(missing_ok=True)
+        self._moves.clear()
+        if self.staged_meta is not None:
+            shutil.rmtree(self.staged_meta, ignore_errors=True)
+        for folder in reversed(self._created):
+            try:
+                folder.rmdir()  # only if nothing else was put there meanwhile
+            except OSError:
+                pass
+        self._created.clear()
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._committed:
+            self.abort()

@@ -1,0 +1,62 @@
+"""The first samples of a split, or one sample by key, decoded for people to read.
+
+Parts are read by byte offset through the index and described by their codec (`prep.codecs`): JSON
+pretty-printed, text, image size and mode, array shape and dtype; `raw` shows the bytes instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prep.codecs import TEXT_LIMIT, describe_part, raw_preview
+from prep.errors import PrepError
+from prep.index.dataset import PreparedDataset
+from prep.index.sqlite import SampleRow
+
+
+def default_split(dataset: PreparedDataset) -> str | None:
+    """`train` when the dataset has a non-empty train split, else None (all shards in index order)."""
+    return "train" if dataset.splits().get("train") else None
+
+
+def first_samples(dataset: PreparedDataset, split: str | None, count: int) -> Iterator[SampleRow]:
+    """The first `count` samples of a split in shard order (of all shards when `split` is None)."""
+    remaining = count
+    for shard in dataset.split_shards(split):
+        if remaining <= 0:
+            return
+        for sample in dataset.index.samples_of_shard(dataset.tar_file_id(shard)):
+            yield sample
+            remaining -= 1
+            if remaining <= 0:
+                return
+
+
+def sample_by_key(dataset: PreparedDataset, key: str) -> SampleRow:
+    sample = dataset.index.sample_by_key(key)
+    if sample is None:
+        raise PrepError(
+            f"{dataset.root} has no sample with key {key!r}. `shardprep preview` shows existing keys."
+        )
+    return sample
+
+
+def format_sample(
+    dataset: PreparedDataset, sample: SampleRow, *, raw: bool = False, limit: int = TEXT_LIMIT
+) -> str:
+    """One sample: its key and shard, then each part with its size and decoded (or raw) content."""
+    shard = dataset.shards[sample.tar_file_id]
+    lines = [f"== {sample.key}  ({shard}, sample {sample.index}, {sample.size:,} bytes in the tar)"]
+    for part, location in dataset.index.parts_of_sample(sample.tar_file_id, sample.index):
+        try:
+            data = dataset.read_part(location)
+        except OSError as error:
+            lines.append(f"-- {part} ({location.size:,} bytes): unreadable ({error}); run `shardprep verify`")
+            continue
+        shown = raw_preview(data, limit) if raw else describe_part(part, data, limit)
+        separator = "\n" if "\n" in shown else " "
+        body = shown.replace("\n", "\n   ") if separator == "\n" else shown
+        lines.append(
+            f"-- {part} ({location.size:,} bytes):{separator}{'   ' if separator == chr(10) else ''}{body}"
+        )
+    return "\n".join(lines)

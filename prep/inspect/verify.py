@@ -1,0 +1,553 @@
+"""Check that a prepared dataset's index agrees with itself and with its tars.
+
+The default check reads the index (`.info.json`, the split file, every `.tar.idx`, both sqlite
+tables read whole as numpy columns by `IndexReader.columns`) and one 512-byte header per indexed
+member, gathered with numpy from a memory map: every indexed offset must hold a valid header of the
+named member with the indexed size, each shard must end where its index says (nothing appended,
+nothing cut off), and no split may name a missing shard. Samples whose headers do not match in bulk
+(long names in extra headers, or damage) are walked header by header. `--deep` also re-walks every
+header of every shard, compares the result row by row with the index, and decodes
+each member's content by its extension.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import mmap
+import os
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from prep.codecs import content_problem
+from prep.errors import PrepError
+from prep.index.columns import TextColumn, segment_gather
+from prep.index.dataset import PreparedDataset
+from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
+from prep.index.group import key_and_part, shard_rows
+from prep.index.meta import read_splits
+from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
+from prep.tar.header import checksums_match, octal_fields
+from prep.tar.scan import HeaderWalker
+
+REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
+RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
+#: Headers per shard and problem kind that are described one by one before "and N more".
+MAX_EXAMPLES = 3
+#: A tail after the end-of-archive marker longer than this is read in chunks of this size.
+TAIL_CHUNK = 1 << 20
+REGULAR_TYPEFLAGS = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
+#: Headers gathered and checked at a time (bounds the copies: 16 MB of headers).
+CHUNK = 32768
+#: The ustar name field's width: member names that fit are compared in bulk, longer ones walked exactly.
+NAME_WIDTH = NAME.stop
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One disagreement: where it is, what is wrong, and what to do about it."""
+
+    where: str
+    what: str
+    fix: str
+
+
+@dataclass
+class VerifyReport:
+    root: str
+    deep: bool
+    shards: int = 0
+    samples: int = 0
+    parts: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+
+def _blocks(buffer: np.ndarray) -> np.ndarray:
+    """The shard as rows of 512-byte blocks (a view, no copy)."""
+    return buffer[: len(buffer) // BLOCK * BLOCK].reshape(-1, BLOCK)
+
+
+def _checksums_ok(headers: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For each gathered header (a row of 512 bytes read at `offsets`), whether it is where a header can
+    be (every tar header starts on a block boundary) and its checksum matches."""
+    return (offsets % BLOCK == 0) & checksums_match(headers)
+
+
+def _headers_ok(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For each header offset, whether its stored checksum matches the header's bytes."""
+    ok = np.empty(len(offsets), dtype=bool)
+    for start in range(0, len(offsets), CHUNK):
+        chunk = offsets[start : start + CHUNK]
+        ok[start : start + CHUNK] = _checksums_ok(_blocks(buffer)[chunk // BLOCK], chunk)
+    return ok
+
+
+class _ShardChecker:
+    """Checks one shard against its rows; appends to the report."""
+
+    def __init__(self, report: VerifyReport, root: str, shard: str) -> None:
+        self.report, self.root, self.shard = report, root, shard
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def problem(self, what: str, fix: str = REPREPARE, *, kind: str | None = None) -> None:
+        if kind is not None:
+            self.counts[kind] += 1
+            if self.counts[kind] > MAX_EXAMPLES:
+                return
+        self.report.problems.append(Problem(self.shard, what, fix.format(root=self.root)))
+
+    def finish(self) -> None:
+        for kind, count in self.counts.items():
+            if count > MAX_EXAMPLES:
+                self.report.problems.append(
+                    Problem(
+                        self.shard,
+                        f"... and {count - MAX_EXAMPLES} more {kind}",
+                        REPREPARE.format(root=self.root),
+                    )
+                )
+
+
+def _load_sqlite(dataset: PreparedDataset, deep: bool) -> tuple[dict, dict]:
+    """Samples and parts from sqlite, grouped by tar_file_id, as numpy arrays (plus keys and part names).
+
+    The samples' byte sizes are read only for the deep check, the one that compares them.
+    """
+    index = dataset.index
+    columns = {"tar": "tar_file_id", "index": "sample_index", "offset": "byte_offset"}
+    if deep:
+        columns["size"] = "byte_size"
+    samples = _group(*index.columns("samples", columns, "sample_key"), "key")
+    columns = {
+        "tar": "tar_file_id",
+        "index": "sample_index",
+        "offset": "content_byte_offset",
+        "size": "content_byte_size",
+    }
+    parts = _group(*index.columns("sample_parts", columns, "part_name"), "name")
+    return samples, parts
+
+
+def _group(columns: dict[str, np.ndarray], text: TextColumn, text_name: str) -> dict[int, dict]:
+    """Rows sorted by (tar, index, offset) and grouped by tar: {tar_file_id: {column: array, text_name: text}}."""
+    order = [columns["tar"], columns["index"], columns["offset"]]
+    if not len(order[0]):
+        return {}
+    in_order = np.ones(len(order[0]) - 1, dtype=bool)
+    tied = np.ones(len(order[0]) - 1, dtype=bool)
+    for column in order:  # lexicographic "each row <= the next", one column at a time
+        step = np.diff(column)
+        in_order &= ~tied | (step >= 0)
+        tied &= step == 0
+    if not in_order.all():  # rows stored out of order (neither shardprep nor energon does that): sort them
+        permutation = np.lexsort(order[::-1])
+        columns = {name: column[permutation] for name, column in columns.items()}
+        text = text.take(permutation)
+    tar = columns.pop("tar")
+    bounds = np.flatnonzero(np.diff(tar)) + 1
+    starts = np.concatenate([[0], bounds]).tolist()
+    ends = np.concatenate([bounds, [len(tar)]]).tolist()
+    grouped = {}
+    for start, end in zip(starts, ends, strict=True):
+        group = {name: column[start:end] for name, column in columns.items()}
+        group[text_name] = text.take(slice(start, end))
+        grouped[int(tar[start])] = group
+    return grouped
+
+
+def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bool:
+    """The bytes after the last sample: the end-of-archive marker and zero padding, nothing else.
+
+    Returns False for a truncated shard, whose other complaints would only repeat this one.
+    """
+    if file_size < end + 2 * BLOCK:
+        checker.problem(
+            f"the shard is {file_size:,} bytes but its index says its samples end at byte {end:,}, followed by"
+            " the 1,024-byte end-of-archive marker: the shard was truncated after prepare.",
+            RESTORE,
+        )
+        return False
+    position = end
+    while position < file_size:
+        chunk = os.pread(fd, min(TAIL_CHUNK, file_size - position), position)
+        nonzero = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8))
+        if nonzero.size:
+            checker.problem(
+                f"holds data at byte {position + int(nonzero[0]):,}, after the end of the indexed samples"
+                f" (byte {end:,}): something was appended to the shard after prepare, and energon will not"
+                " see it.",
+                "if the appended data belongs in the dataset, " + REPREPARE + "; otherwise restore the shard",
+            )
+            return True
+        position += len(chunk)
+    return True
+
+
+def _check_parts(
+    checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, end: int, start_ok: np.ndarray
+) -> None:
+    """Every indexed part offset holds a valid header of the named member with the indexed size.
+
+    `start_ok` says for each sample whether the header at its start offset has a valid checksum.
+    """
+    file_size = len(buffer)
+    sample_starts = samples["offset"]
+    sample_ends = np.append(sample_starts[1:], end)
+    where = np.searchsorted(samples["index"], parts["index"])
+    where = np.minimum(where, len(samples["index"]) - 1)
+    orphan = samples["index"][where] != parts["index"]
+    for position in np.flatnonzero(orphan)[:MAX_EXAMPLES].tolist():
+        checker.problem(
+            f"sqlite lists part {parts['name'][position]!r} of a sample index that has no sample row."
+        )
+    header_at = parts["offset"] - BLOCK
+    inside = (header_at >= sample_starts[where]) & (parts["offset"] + parts["size"] <= sample_ends[where])
+    inside &= parts["offset"] + parts["size"] <= file_size
+    for position in np.flatnonzero(~inside & ~orphan)[:MAX_EXAMPLES].tolist():
+        checker.problem(
+            f"part {parts['name'][position]!r} of sample index {int(parts['index'][position])} is indexed at"
+            f" bytes {int(parts['offset'][position]):,}+{int(parts['size'][position]):,}, outside its sample's"
+            " range or past the end of the shard.",
+            kind="parts outside their sample",
+        )
+    check = np.flatnonzero(inside & ~orphan)
+    if check.size == 0:
+        return
+    offsets = header_at[check]
+    # a sample's first part header is often its sample header, whose checksum is already known
+    at_start = np.minimum(np.searchsorted(sample_starts, offsets), len(sample_starts) - 1)
+    is_start = sample_starts[at_start] == offsets
+    mismatched = []
+    for chunk_start in range(0, len(check), CHUNK):
+        rows = check[chunk_start : chunk_start + CHUNK]
+        chunk = offsets[chunk_start : chunk_start + CHUNK]
+        headers = _blocks(buffer)[chunk // BLOCK]
+        known = is_start[chunk_start : chunk_start + CHUNK]
+        valid = np.empty(len(rows), dtype=bool)
+        valid[known] = start_ok[at_start[chunk_start : chunk_start + CHUNK][known]]
+        valid[~known] = _checksums_ok(headers[~known], chunk[~known])
+        sizes, sizes_ok = octal_fields(headers[:, SIZE])
+        typeflag_ok = np.isin(headers[:, TYPEFLAG], REGULAR_TYPEFLAGS)
+        names = member_name_fields(samples["key"].take(where[rows]), parts["name"].take(rows), NAME_WIDTH)
+        name_ok = (headers[:, NAME] == names).all(axis=1) & (headers[:, PREFIX_START] == 0)  # no ustar prefix
+        good = valid & typeflag_ok & sizes_ok & (sizes == parts["size"][rows]) & name_ok
+        mismatched.append(where[rows[~good]])
+    # long names (PAX, GNU) and damage: walk those samples' headers exactly
+    for sample in sorted(set(np.concatenate(mismatched).tolist())):  # np.unique would import numpy.ma
+        _check_sample_exactly(checker, buffer, samples, parts, sample, int(sample_ends[sample]))
+
+
+def member_name_fields(keys: TextColumn, parts: TextColumn, width: int = NAME_WIDTH) -> np.ndarray:
+    """The ustar name field of each member `KEY.PART` (row i joins keys[i] and parts[i]), as bytes.
+
+    One row of `width` bytes per member: the UTF-8 name, NUL-padded, cut at `width` bytes — what the
+    header of a member with that name holds when the name fits (longer names go in extra headers).
+    """
+    rows = len(keys)
+    fields = np.zeros((rows, width), dtype=np.uint8)
+    if rows == 0:
+        return fields
+    columns = np.arange(width)
+    key_bytes = np.minimum(keys.lengths, width)
+    dot_at = keys.lengths
+    part_bytes = np.clip(width - 1 - dot_at, 0, parts.lengths)
+    fields[columns < key_bytes[:, None]] = segment_gather(keys.buffer, keys.starts, key_bytes)
+    with_dot = np.flatnonzero(dot_at < width)
+    fields[with_dot, dot_at[with_dot]] = ord(".")
+    after_dot = (columns > dot_at[:, None]) & (columns <= (dot_at + part_bytes)[:, None])
+    fields[after_dot] = segment_gather(parts.buffer, parts.starts, part_bytes)
+    return fields
+
+
+def _check_sample_exactly(
+    checker: _ShardChecker, buffer: np.ndarray, samples: dict, parts: dict, sample: int, sample_end: int
+) -> None:
+    """Walk one sample's headers the way prepare does (long names, PAX) and compare with its part rows."""
+    start = int(samples["offset"][sample])
+    key = samples["key"][sample]
+    data = buffer[start:sample_end].tobytes() + bytes(2 * BLOCK)
+    walker = HeaderWalker(checker.shard, data)
+    try:
+        found = [(m.name, m.offset_data + start, m.size) for m in walker.members()]
+        walker.verify_checksums()
+    except PrepError as error:
+        checker.problem(
+            f"sample {key!r} (byte {start:,}): {getattr(error, 'problem', str(error))}",
+            RESTORE,
+            kind="damaged samples",
+        )
+        return
+    rows = np.flatnonzero(parts["index"] == samples["index"][sample]).tolist()
+    indexed = [
+        (f"{key}.{parts['name'][row]}", int(parts["offset"][row]), int(parts["size"][row])) for row in rows
+    ]
+    found = [member for member in found if key_and_part(member[0]) is not None]  # what energon indexes
+    if found != indexed:
+        checker.problem(
+            f"sample {key!r} at byte {start:,} does not hold the members its index names: the index has"
+            f" {indexed[:3]}, the shard has {found[:3]}.",
+            RESTORE,
+            kind="damaged samples",
+        )
+
+
+def _deep_check_shard(
+    checker: _ShardChecker,
+    dataset: PreparedDataset,
+    buffer: np.ndarray,
+    samples: dict,
+    parts: dict,
+    tar_file_id: int,
+) -> None:
+    """Re-index the whole shard from its headers, compare with the index, and decode every member."""
+    try:
+        rows = shard_rows(str(dataset.shard_path(checker.shard)), checker.shard, tar_file_id)
+    except PrepError as error:
+        checker.problem(getattr(error, "problem", str(error)), RESTORE)
+        return
+    fresh_samples, fresh_parts = rows.sample_rows(), rows.part_rows()
+    indexed_samples = [
+        (tar_file_id, key, int(i), int(o), int(s))
+        for key, i, o, s in zip(
+            samples["key"], samples["index"], samples["offset"], samples["size"], strict=False
+        )
+    ]
+    if fresh_samples != indexed_samples:
+        first = next((a, b) for a, b in itertools.zip_longest(fresh_samples, indexed_samples) if a != b)
+        checker.problem(
+            f"re-reading every header gives {len(fresh_samples)} samples, the index has {len(indexed_samples)};"
+            f" first difference: shard has {first[0]}, index has {first[1]}."
+        )
+    indexed_parts = [
+        (tar_file_id, int(i), name, int(o), int(s))
+        for i, name, o, s in zip(parts["index"], parts["name"], parts["offset"], parts["size"], strict=False)
+    ]
+    if sorted(fresh_parts) != sorted(indexed_parts):
+        missing = sorted(set(fresh_parts) - set(indexed_parts))[:MAX_EXAMPLES]
+        extra = sorted(set(indexed_parts) - set(fresh_parts))[:MAX_EXAMPLES]
+        checker.problem(
+            f"the members in the shard differ from the index: not indexed {missing}, indexed but absent {extra}."
+        )
+    keys = dict(zip(samples["index"].tolist(), samples["key"], strict=False))
+    for index, name, offset, size in zip(
+        parts["index"].tolist(), parts["name"], parts["offset"].tolist(), parts["size"].tolist(), strict=False
+    ):
+        if offset + size > len(buffer):
+            continue  # already reported as outside the shard
+        problem = content_problem(name, buffer[offset : offset + size].tobytes())
+        if problem is not None:
+            checker.problem(
+                f"member {keys.get(index, '?')}.{name} at byte {offset:,} cannot be decoded as {name.rsplit('.', 1)[-1]} ({problem}).",
+                "fix the source data and re-write the shard, or drop the sample by adding `"
+                + f"{checker.shard}/{keys.get(index, '?')}` to `exclude` in split.yaml",
+                kind="undecodable members",
+            )
+
+
+def _check_shard(
+    report: VerifyReport,
+    dataset: PreparedDataset,
+    tar_file_id: int,
+    samples: dict | None,
+    parts: dict | None,
+    deep: bool,
+) -> None:
+    shard = dataset.shards[tar_file_id]
+    count = dataset.shard_counts[shard]
+    checker = _ShardChecker(report, str(dataset.root), shard)
+    path = dataset.shard_path(shard)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        checker.problem(
+            "is listed in .info.json but the file is missing.",
+            "restore the shard, or if it is gone for good, " + REPREPARE + " without it",
+        )
+        return
+    try:
+        file_size = os.fstat(fd).st_size
+        index_path = dataset.tar_index_path(shard)
+        if not index_path.exists():
+            checker.problem(f"has no offset file {index_path.name}; energon's loader needs it.")
+            return
+        index_bytes = index_path.stat().st_size
+        if index_bytes % 8:
+            checker.problem(
+                f"{index_path.name} is {index_bytes} bytes, not a whole number of 8-byte offsets."
+            )
+            return
+        offsets = dataset.read_tar_index(shard)
+        if len(offsets) != count + 1:
+            checker.problem(
+                f"{index_path.name} holds {len(offsets) - 1} sample offsets but .info.json counts {count} samples."
+            )
+            return
+        if np.any(np.diff(offsets) <= 0) and count:
+            checker.problem(f"{index_path.name} offsets do not increase; the file is damaged.")
+            return
+        end = int(offsets[-1])
+        if not _check_tail(checker, fd, end, file_size):
+            return
+        if samples is None:
+            samples = {
+                "index": np.zeros(0, np.int64),
+                "offset": np.zeros(0, np.int64),
+                "size": np.zeros(0, np.int64),
+                "key": [],
+            }
+        if len(samples["index"]) != count:
+            checker.problem(
+                f"sqlite has {len(samples['index'])} samples for the shard but .info.json counts {count}."
+            )
+            return
+        if count == 0:
+            return
+        if not np.array_equal(samples["index"], np.arange(count)):
+            checker.problem("sqlite's sample indexes for the shard are not 0, 1, 2, ... in order.")
+            return
+        differ = np.flatnonzero(samples["offset"] != offsets[:-1])
+        if differ.size:
+            first = int(differ[0])
+            checker.problem(
+                f"sqlite and {index_path.name} disagree on where {differ.size} sample(s) start (first: sample"
+                f" {samples['key'][first]!r}, sqlite byte {int(samples['offset'][first]):,}, .tar.idx byte"
+                f" {int(offsets[first]):,})."
+            )
+            return
+        report.samples += count
+        if parts is None:
+            checker.problem("sqlite lists no parts for the shard's samples.")
+            return
+        report.parts += len(parts["index"])
+        if file_size == 0:
+            return
+        with mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) as mapped:
+            buffer = np.frombuffer(mapped, dtype=np.uint8)
+            starts = offsets[:-1]
+            readable = starts + BLOCK <= file_size
+            start_ok = np.zeros(len(starts), dtype=bool)
+            start_ok[readable] = _headers_ok(buffer, starts[readable])
+            for sample in np.flatnonzero(~start_ok)[:MAX_EXAMPLES].tolist():
+                checker.problem(
+                    f"sample {samples['key'][sample]!r}: byte {int(starts[sample]):,}, where the index says it"
+                    " starts, does not hold a valid tar header.",
+                    RESTORE,
+                    kind="bad sample headers",
+                )
+            _check_parts(checker, buffer, samples, parts, end, start_ok)
+            if deep:
+                _deep_check_shard(checker, dataset, buffer, samples, parts, tar_file_id)
+            del buffer
+    finally:
+        os.close(fd)
+        checker.finish()
+
+
+def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> VerifyReport:
+    """Check a prepared dataset; the report lists every problem found with its fix."""
+    dataset = PreparedDataset(root)
+    report = VerifyReport(str(dataset.root), deep)
+    root_text = str(dataset.root)
+    try:
+        for name, why in (
+            (DATASET_YAML, "energon's loader needs it"),
+            (INDEX_UUID, "energon's caches key on it"),
+        ):
+            if not (dataset.meta / name).exists():
+                report.problems.append(
+                    Problem(f"{META_DIR}/{name}", f"is missing; {why}.", REPREPARE.format(root=root_text))
+                )
+        known = set(dataset.shards)
+        try:
+            splits, excludes = read_splits(dataset.meta / SPLIT_YAML)
+        except PrepError as error:
+            report.problems.append(
+                Problem(f"{META_DIR}/{SPLIT_YAML}", str(error), REPREPARE.format(root=root_text))
+            )
+            splits, excludes = {}, []
+        for split, names in splits.items():
+            for name in names:
+                if name not in known:
+                    report.problems.append(
+                        Problem(
+                            f"{META_DIR}/{SPLIT_YAML}",
+                            f"split {split!r} names shard {name!r}, which is not in .info.json"
+                            + (" and does not exist." if not dataset.shard_path(name).exists() else "."),
+                            REPREPARE.format(root=root_text),
+                        )
+                    )
+        in_splits = {name for names in splits.values() for name in names} | set(excludes)
+        for name in dataset.shards:
+            if splits and name not in in_splits:
+                report.warnings.append(
+                    Problem(
+                        name,
+                        "is indexed but in no split, so energon never loads it.",
+                        "add it to a split in split.yaml or re-run prepare",
+                    )
+                )
+        try:
+            samples, parts = _load_sqlite(dataset, deep)
+        except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
+            report.problems.append(
+                Problem(
+                    f"{META_DIR}/{INDEX_SQLITE}", f"cannot be read: {error}", REPREPARE.format(root=root_text)
+                )
+            )
+            samples, parts = {}, {}
+        stray = sorted(set(samples) - set(range(len(dataset.shards))))
+        if stray:
+            report.problems.append(
+                Problem(
+                    f"{META_DIR}/{INDEX_SQLITE}",
+                    f"has samples for tar_file_id(s) {stray[:5]} that .info.json does not list.",
+                    REPREPARE.format(root=root_text),
+                )
+            )
+        for tar_file_id in range(len(dataset.shards)):
+            report.shards += 1
+            _check_shard(report, dataset, tar_file_id, samples.get(tar_file_id), parts.get(tar_file_id), deep)
+    finally:
+        dataset.close()
+    return report
+
+
+def format_report(report: VerifyReport) -> str:
+    """The report for people: one paragraph per problem, each with its fix, then the verdict."""
+    mode = (
+        "deep: every member re-read and decoded"
+        if report.deep
+        else "index and headers; --deep also reads every member"
+    )
+    lines = [
+        f"verify {report.root}: {report.shards:,} shards, {report.samples:,} samples, {report.parts:,} parts ({mode})"
+    ]
+    for warning in report.warnings:
+        lines.append(f"WARNING {warning.where}: {warning.what}\n  fix: {warning.fix}")
+    for problem in report.problems:
+        lines.append(f"PROBLEM {problem.where}: {problem.what}\n  fix: {problem.fix}")
+    lines.append("healthy" if report.healthy else f"NOT healthy: {len(report.problems)} problem(s)")
+    return "\n".join(lines)
+
+
+def report_json(report: VerifyReport) -> str:
+    return json.dumps(
+        {
+            "root": report.root,
+            "healthy": report.healthy,
+            "deep": report.deep,
+            "shards": report.shards,
+            "samples": report.samples,
+            "parts": report.parts,
+            "problems": [asdict(problem) for problem in report.problems],
+            "warnings": [asdict(warning) for warning in report.warnings],
+        },
+        indent=2,
+    )

@@ -1,0 +1,99 @@
+"""`shardprep mount` and `shardprep umount`: the command-line shells over `prep.mount`.
+
+The mount is made by this process in either mode, so a refusal (no FUSE, a busy mount point) reaches
+the terminal and the exit status. In the background (the default) a forked child serves it and this
+command prints one "mounted at" line and returns.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from prep.cli import dataset_argument
+from prep.errors import PrepError
+
+READY_PREFIX = "mounted at "
+
+
+def _check_mountpoint(mountpoint: Path) -> None:
+    if mountpoint.exists() and not mountpoint.is_dir():
+        raise PrepError(
+            f"The mount point {mountpoint} is a file; give an empty folder (or a path to create)."
+        )
+    if os.path.ismount(mountpoint):
+        raise PrepError(
+            f"{mountpoint} is already a mount point. Unmount it first with `shardprep umount {mountpoint}`."
+        )
+    mountpoint.mkdir(parents=True, exist_ok=True)
+
+
+@click.command("mount")
+@dataset_argument
+@click.argument("mountpoint", type=click.Path(path_type=Path))
+@click.option(
+    "--view",
+    type=click.Choice(["flat", "sample", "shard"]),
+    default="flat",
+    show_default=True,
+    help="flat: /KEY.PART; sample: /KEY/PART; shard: /SHARD.tar/KEY/PART.",
+)
+@click.option("--split", default=None, help="Show only the shards of this split (e.g. train).")
+@click.option("--foreground", "-f", is_flag=True, help="Serve in this process until Ctrl-C or umount.")
+@click.option("--debug", is_flag=True, help="Print each FUSE request to stderr (implies --foreground).")
+def mount_command(
+    dataset: Path,
+    mountpoint: Path,
+    view: str,
+    split: str | None,
+    foreground: bool,
+    debug: bool,
+) -> None:
+    """Mount a prepared DATASET read-only at MOUNTPOINT; each sample part appears as a file."""
+    from prep.index.dataset import PreparedDataset
+    from prep.mount.device import fuse_problem
+    from prep.mount.serve import serve, serve_in_background
+    from prep.mount.tree import MountTree, View
+
+    problem = fuse_problem()
+    if problem is not None:
+        raise PrepError(f"Cannot mount: {problem}")
+    dataset, mountpoint = dataset.absolute(), mountpoint.absolute()
+    tree = MountTree(PreparedDataset(dataset), View(view), split)
+    tree.index.check()
+    _check_mountpoint(mountpoint)
+    if not (foreground or debug):
+        pid = serve_in_background(tree, str(mountpoint))
+        click.echo(f"{READY_PREFIX}{mountpoint} (pid {pid}); unmount with `shardprep umount {mountpoint}`.")
+        return
+
+    def ready() -> None:
+        click.echo(f"{READY_PREFIX}{mountpoint} (Ctrl-C or `shardprep umount` to unmount)")
+        sys.stdout.flush()
+
+    serve(tree, str(mountpoint), trace=debug, on_ready=ready)
+    click.echo(f"unmounted {mountpoint}")
+
+
+@click.command("umount")
+@click.argument("mountpoint", type=click.Path(path_type=Path))
+@click.option(
+    "--lazy", "-z", is_flag=True, help="Detach now even if files are open; unmount when they close."
+)
+def umount_command(mountpoint: Path, lazy: bool) -> None:
+    """Unmount a dataset mounted with `shardprep mount`."""
+    mountpoint = mountpoint.absolute()
+    if not os.path.ismount(mountpoint):
+        raise PrepError(f"{mountpoint} is not a mount point, so there is nothing to unmount.")
+    from prep.mount.device import unmount
+
+    reason = unmount(str(mountpoint), lazy)
+    if reason is not None:
+        raise PrepError(
+            f"Unmounting {mountpoint} failed: {reason}. If a program still has files open there, close it or"
+            " use `shardprep umount --lazy`."
+        )
+    click.echo(f"unmounted {mountpoint}")

@@ -1,0 +1,125 @@
+"""Mount and unmount a FUSE filesystem: the device a session serves, and the checks before it.
+
+Mounting uses `fusermount3` (so ordinary users can mount: it opens `/dev/fuse`, mounts it and passes the
+open device back over a socket) and falls back to mount(2) for root, as libfuse does. Unmounting uses
+`fusermount3`, else `umount`, else umount2(2) as root. Every refusal comes back as a PrepError that
+says what to install or check.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import socket
+import stat
+import subprocess
+
+from prep.errors import PrepError
+
+FUSE_DEVICE = "/dev/fuse"
+FUSE_INSTALL_HINT = (
+    "On Debian/Ubuntu install it with `apt-get install fuse3`; in a container also start it with"
+    " `--device /dev/fuse --cap-add SYS_ADMIN`."
+)
+
+
+def fuse_problem() -> str | None:
+    """Why this machine cannot mount a FUSE filesystem, or None if it can."""
+    if not os.uname().sysname == "Linux":
+        return f"shardprep mount needs Linux with FUSE; this is {os.uname().sysname}."
+    try:
+        info = os.stat(FUSE_DEVICE)
+    except OSError:
+        return f"there is no {FUSE_DEVICE}, so FUSE filesystems cannot be mounted here. {FUSE_INSTALL_HINT}"
+    if not stat.S_ISCHR(info.st_mode) or (os.major(info.st_rdev), os.minor(info.st_rdev)) != (10, 229):
+        return f"{FUSE_DEVICE} is not the FUSE device (char 10:229). {FUSE_INSTALL_HINT}"
+    if not os.access(FUSE_DEVICE, os.R_OK | os.W_OK):
+        return (
+            f"{FUSE_DEVICE} exists but this user may not open it. Add the user to the `fuse` group or run as"
+            f" a user that can. {FUSE_INSTALL_HINT}"
+        )
+    if os.geteuid() != 0 and shutil.which("fusermount3") is None:
+        return f"fusermount3 is not installed, so an ordinary user cannot mount. {FUSE_INSTALL_HINT}"
+    return None
+
+
+def _mount_options(fsname: str) -> str:
+    safe_name = fsname.replace(",", "_").replace("\\", "_")
+    return f"ro,nosuid,nodev,default_permissions,fsname={safe_name},subtype=shardprep"
+
+
+def _mount_with_fusermount(mountpoint: str, fsname: str) -> int:
+    """Let fusermount3 open the device and mount it; it passes the open device back over a socket."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        result = subprocess.run(
+            ["fusermount3", "-o", _mount_options(fsname), "--", mountpoint],
+            env={**os.environ, "_FUSE_COMMFD": str(theirs.fileno())},
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise PrepError(
+                f"Mounting at {mountpoint} failed: {result.stderr.strip() or 'fusermount3 refused'}. Check that"
+                f" the mount point is an existing folder that is not already mounted. {FUSE_INSTALL_HINT}"
+            )
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    if not fds:
+        raise PrepError(
+            f"fusermount3 mounted {mountpoint} but passed back no FUSE device. {FUSE_INSTALL_HINT}"
+        )
+    return fds[0]
+
+
+def _mount_as_root(mountpoint: str, fsname: str) -> int:
+    """mount(2) the device directly, as libfuse does for root when fusermount3 is missing."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    fd = os.open(FUSE_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    options = (
+        f"fd={fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()},default_permissions"
+    ).encode()
+    flags = 1 | 2 | 4  # MS_RDONLY | MS_NOSUID | MS_NODEV
+    source = fsname.replace(",", "_").encode()
+    if libc.mount(source, mountpoint.encode(), b"fuse.shardprep", flags, options) != 0:
+        os.close(fd)
+        code = ctypes.get_errno()
+        raise PrepError(f"Mounting at {mountpoint} failed: {os.strerror(code)}. {FUSE_INSTALL_HINT}")
+    return fd
+
+
+def mount_device(mountpoint: str, fsname: str) -> int:
+    """Mount an empty FUSE filesystem at `mountpoint` and return the device descriptor that serves it."""
+    problem = fuse_problem()
+    if problem is not None:
+        raise PrepError(f"Cannot mount: {problem}")
+    if shutil.which("fusermount3") is not None:
+        return _mount_with_fusermount(mountpoint, fsname)
+    return _mount_as_root(mountpoint, fsname)
+
+
+def unmount(mountpoint: str, lazy: bool = False) -> str | None:
+    """Unmount a FUSE mount (detach it now and finish when its files close, if `lazy`).
+
+    Returns None on success, else why it failed. Uses fusermount3, else umount, else (as root, the
+    twin of `_mount_as_root`) umount2(2) itself.
+    """
+    commands = {
+        "fusermount3": ["fusermount3", "-u", *(["-z"] if lazy else []), mountpoint],
+        "umount": ["umount", *(["-l"] if lazy else []), mountpoint],
+    }
+    for tool, command in commands.items():
+        if shutil.which(tool) is not None:
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode == 0:
+                return None
+            return (result.stderr or result.stdout).strip() or f"{tool} exited with {result.returncode}"
+    if os.geteuid() != 0:
+        raise PrepError(f"Neither fusermount3 nor umount is installed. {FUSE_INSTALL_HINT}")
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.umount2(mountpoint.encode(), 2 if lazy else 0) != 0:  # 2: MNT_DETACH
+        return os.strerror(ctypes.get_errno())
+    return None

@@ -1,0 +1,103 @@
+"""A read-only FUSE filesystem over a prepared dataset: a MountTree served by a FuseSession.
+
+`serve` mounts and answers requests in this process until the filesystem is unmounted (or Ctrl-C /
+SIGTERM, which unmount it); `serve_in_background` mounts here, so every error still reaches the
+caller's terminal and exit status, then leaves the serving to a forked child and returns its pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+from prep.errors import PrepError
+from prep.mount.device import mount_device, unmount
+from prep.mount.session import FuseSession, Owner
+from prep.mount.tree import MountTree
+
+INIT_TIMEOUT_SECONDS = 30
+
+
+def _owner(tree: MountTree) -> Owner:
+    modified = os.stat(tree.dataset.meta).st_mtime_ns
+    return Owner(os.getuid(), os.getgid(), modified // 10**9, modified % 10**9)
+
+
+def _mount(tree: MountTree, mountpoint: str) -> int:
+    """Mount an empty FUSE filesystem named for the dataset; the device descriptor that serves it."""
+    return mount_device(mountpoint, f"shardprep:{tree.dataset.root}")
+
+
+def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | None) -> None:
+    """Serve until unmounted; Ctrl-C or SIGTERM unmount first (lazily if files are still open)."""
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        session.start()
+        if not session.initialised.wait(INIT_TIMEOUT_SECONDS):
+            unmount(mountpoint, lazy=True)
+            raise PrepError(f"The kernel never started the FUSE session at {mountpoint}; it was unmounted.")
+        if on_ready is not None:
+            on_ready()
+        try:
+            while not session.finished.wait(1.0):
+                pass
+        except KeyboardInterrupt:
+            if unmount(mountpoint) is not None:
+                unmount(mountpoint, lazy=True)
+            session.finished.wait(10)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        os.close(session.device)
+        session.tree.close()
+
+
+def serve(
+    tree: MountTree, mountpoint: str, *, trace: bool = False, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Mount `tree` at `mountpoint` and serve it in this process until it is unmounted (or Ctrl-C).
+
+    `on_ready` runs once the kernel has started the session, before anything else is answered.
+    """
+    device = _mount(tree, mountpoint)
+    _run(FuseSession(device, tree, _owner(tree), trace=trace), mountpoint, on_ready)
+
+
+def serve_in_background(tree: MountTree, mountpoint: str) -> int:
+    """Mount `tree` at `mountpoint`, hand the serving to a forked child, and return the child's pid.
+
+    Returns once the child has answered the kernel's first request, so the mount is usable; if the
+    child fails before that, the mount is undone and the reason raised here.
+    """
+    device = _mount(tree, mountpoint)
+    ready_read, ready_write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:  # the server: its own session, no terminal, nothing to print
+        os.close(ready_read)
+        try:
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):
+                os.dup2(null, stream)
+            os.close(null)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+            def ready() -> None:
+                os.write(ready_write, b"1")
+                os.close(ready_write)
+
+            _run(FuseSession(device, tree, _owner(tree)), mountpoint, ready)
+        finally:
+            os._exit(0)
+    os.close(ready_write)
+    os.close(device)
+    answered = os.read(ready_read, 1)
+    os.close(ready_read)
+    if answered != b"1":
+        os.waitpid(child, 0)
+        unmount(mountpoint, lazy=True)
+        raise PrepError(f"The mount process for {mountpoint} stopped before the kernel started the session.")
+    return child

@@ -1,0 +1,342 @@
+"""The folder trees a mounted dataset shows, answered from the index one node at a time.
+
+Three views of the same parts:
+
+- `flat`: every part in the root as `/KEY.PART` (energon's default mount);
+- `sample`: a folder per sample, `/KEY/PART` (energon's `mount -s`);
+- `shard`: a folder per shard holding sample folders, `/SHARD.tar/KEY/PART`.
+
+The kernel names files by node id, so every node's id says what it is: the low two bits are its
+kind (folder, sample folder, part file) and the rest is a number that finds it again — a folder's
+position in the small table of shard folders, a sample's or a part's sqlite `rowid`. Nothing here
+builds a table of all files: a lookup is one indexed query (`IndexReader`), a listing is a page of rows
+after a cookie, so memory does not grow with the dataset. Names are made safe before they are shown: a
+key may hold `/` and could spell `..`, so every name is one path component in which `%`, `/` and NUL
+are percent-escaped, and `.`, `..` and the empty name are escaped whole. This module does not touch FUSE.
+
+What has been read is remembered in one bounded cache of samples by rowid (`_SampleCache`): a sample's
+parts are read together (a sample's files are usually opened together, and one query for all of them
+costs little more than one), and when samples are visited in rowid order (`ls -R`, `find`, `cp -r`, a
+reader of whole shards) the next SAMPLES_AHEAD samples come in the same query.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import groupby
+from operator import attrgetter
+
+from prep.errors import PrepError
+from prep.index.dataset import PreparedDataset
+from prep.index.group import key_and_part
+from prep.index.sqlite import IndexReader, PartLocation, PartRow
+from prep.mount.nodes import FIRST_COOKIE, Listing, Node
+
+FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds, the low two bits of a node id
+#: Samples the cache holds before it starts afresh.
+CACHED_SAMPLES = 8192
+#: Samples visited in rowid order have their parts read this many samples at a time.
+SAMPLES_AHEAD = 128
+#: How much of index.sqlite lookups read through a memory mapping instead of a read() per page.
+INDEX_MAP_BYTES = 64 << 20
+
+_ESCAPE = {"%": "%25", "/": "%2F", "\0": "%00"}
+_UNESCAPE_RE = re.compile(r"%(25|2F|00|2E)")
+_UNESCAPE = {"25": "%", "2F": "/", "00": "\0", "2E": "."}
+
+
+class View(StrEnum):
+    FLAT = "flat"
+    SAMPLE = "sample"
+    SHARD = "shard"
+
+
+def escape_name(name: str) -> str:
+    """One safe path component for any key, part or shard-folder name; `unescape_name` inverts it.
+
+    >>> escape_name("../etc/passwd"), escape_name(".."), escape_name(""), escape_name("a%b")
+    ('..%2Fetc%2Fpasswd', '%2E%2E', '%', 'a%25b')
+    """
+    if name == "":
+        return "%"
+    if name in (".", ".."):
+        return "%2E" * len(name)
+    if "%" not in name and "/" not in name and "\0" not in name:
+        return name
+    return "".join(_ESCAPE.get(char, char) for char in name)
+
+
+def unescape_name(name: str) -> str:
+    """The original name behind a shown name.
+
+    >>> unescape_name("..%2Fetc%2Fpasswd"), unescape_name("%2E%2E"), unescape_name("%")
+    ('../etc/passwd', '..', '')
+    """
+    if name == "%":
+        return ""
+    if "%" not in name:
+        return name
+    return _UNESCAPE_RE.sub(lambda match: _UNESCAPE[match.group(1)], name)
+
+
+def node_id(kind: int, number: int) -> int:
+    """The node id of the `number`-th node of a kind (FOLDER, SAMPLE or PART).
+
+    >>> from prep.mount.nodes import ROOT_ID
+    >>> node_id(FOLDER, 0) == ROOT_ID, node_id(PART, 5)
+    (True, 23)
+    """
+    return (number << 2) | kind
+
+
+ROOT = node_id(FOLDER, 0)  # the kernel's root, nodes.ROOT_ID
+
+
+def _page(entries: list[tuple[str, int, int]], start: int, limit: int) -> list[tuple[str, int, int, int]]:
+    """Up to `limit` of a folder's `(name, node, size)` entries held in memory, after position `start`
+    (-1: from the first), each with its cookie.
+
+    >>> _page([("a", 5, 0), ("b", 9, 0), ("c", 13, 0)], 0, 5)
+    [('b', 9, 0, 4), ('c', 13, 0, 5)]
+    """
+    first = start + 1
+    return [(name, node, size, position + FIRST_COOKIE)
+            for position, (name, node, size) in enumerate(entries[first : first + limit], first)]  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Sample:
+    """One sample's part files: each part name's first member, and (made when listed) all of its parts
+    as a folder shows them, in tar order."""
+
+    by_name: dict[str, Node]
+    rows: list[PartRow]
+    files: list[tuple[str, int, int]] | None = None
+
+    def listing(self) -> list[tuple[str, int, int]]:
+        if self.files is None:
+            in_tar_order = sorted(self.rows, key=attrgetter("offset"))
+            self.files = [
+                (escape_name(row.part_name), node_id(PART, row.part_rowid), row.size) for row in in_tar_order
+            ]
+        return self.files
+
+
+@dataclass
+class _SampleCache:
+    """The samples read so far by rowid, with two ways in: the rowid of a sample looked up by key (flat
+    view lookups name a key) and where each of their parts is (reads name a part's node). Bounded: it is
+    replaced whole when full, so a read-ahead is never half forgotten."""
+
+    samples: dict[int, _Sample] = field(default_factory=dict)
+    rowid_of_key: dict[str, int] = field(default_factory=dict)
+    locations: dict[int, PartLocation] = field(default_factory=dict)
+
+    def has_room(self, samples: int) -> bool:
+        return len(self.samples) + samples <= CACHED_SAMPLES
+
+    def keep(self, rows: list[PartRow]) -> None:
+        """Remember the samples whose parts `rows` are (whole samples, by sample then part name)."""
+        for (sample, key), sample_rows in groupby(rows, key=attrgetter("sample_rowid", "sample_key")):
+            parts = list(sample_rows)
+            by_name: dict[str, Node] = {}
+            for row in parts:
+                if row.part_name not in by_name:  # rows by name then offset: a repeated name's first member
+                    by_name[row.part_name] = Node(node_id(PART, row.part_rowid), False, row.size)
+                self.locations[row.part_rowid] = PartLocation(row.tar_file_id, row.offset, row.size)
+            self.samples[sample] = _Sample(by_name, parts)
+            self.rowid_of_key[key] = sample
+
+
+class MountTree:
+    """Resolves names and lists folders of one view of a prepared dataset, optionally one split only.
+
+    Safe to use from several threads: each thread queries through its own read-only connection, and the
+    cache is only ever added to or replaced whole.
+    """
+
+    def __init__(self, dataset: PreparedDataset, view: View = View.FLAT, split: str | None = None) -> None:
+        self.dataset = dataset
+        self.view = View(view)
+        self.flat = self.view is View.FLAT
+        self.split = split
+        shard_names = dataset.split_shards(split)
+        self.allowed: frozenset[int] | None = None
+        if split is not None:
+            self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
+        self.index = IndexReader(dataset.sqlite_path, shards=self.allowed, mmap_bytes=INDEX_MAP_BYTES)
+        # The shard view's folders (shards number thousands, not millions): children by shown name, and
+        # for a shard's own folder the shard's tar_file_id. Folder 0 is the root.
+        self._folders: list[dict[str, int]] = [{}]
+        self._folder_shard: list[int | None] = [None]
+        if self.view is View.SHARD:
+            for name in shard_names:
+                self._add_shard_folder(name, dataset.tar_file_id(name))
+        self._cache = _SampleCache()
+        #: The read-ahead cursor: the rowid after the last sample read. Reading that one next (samples
+        #: visited in order) reads SAMPLES_AHEAD samples in one query.
+        self._next_rowid = -1
+
+    def _add_shard_folder(self, shard: str, tar_file_id: int) -> None:
+        folder = 0
+        components = [escape_name(component) for component in shard.split("/")]
+        for depth, component in enumerate(components):
+            child = self._folders[folder].get(component)
+            if child is None:
+                child = node_id(FOLDER, len(self._folders))
+                self._folders[folder][component] = child
+                self._folders.append({})
+                self._folder_shard.append(tar_file_id if depth == len(components) - 1 else None)
+            folder = child >> 2
+
+    # -- the cache -----------------------------------------------------------------------------------
+    def _remember(self, rows: list[PartRow]) -> _SampleCache:
+        """Keep the samples of `rows` in the cache (a fresh one if they might not fit)."""
+        cache = self._cache
+        if not cache.has_room(SAMPLES_AHEAD + 1):
+            cache = self._cache = _SampleCache()
+        cache.keep(rows)
+        return cache
+
+    def _sample(self, rowid: int) -> _Sample | None:
+        """A sample folder's parts (the sample is in the view), from the cache or the index."""
+        sample = self._cache.samples.get(rowid)
+        if sample is None:
+            stop = rowid + (SAMPLES_AHEAD if rowid == self._next_rowid else 1)
+            sample = self._remember(self.index.parts_between(rowid, stop)).samples.get(rowid)
+            self._next_rowid = stop
+        return sample
+
+    def _sample_by_key(self, key: str) -> _Sample | None:
+        """The parts of the sample called `key`, if it is in the view (flat view lookups)."""
+        cache = self._cache
+        rowid = cache.rowid_of_key.get(key)
+        if rowid is not None and rowid in cache.samples:
+            return cache.samples[rowid]
+        rows = self.index.parts_by_key(key)
+        if not rows:
+            return None
+        rowid = rows[0].sample_rowid
+        stop = rowid + 1
+        if rowid == self._next_rowid:
+            stop += SAMPLES_AHEAD
+            rows += self.index.parts_between(rowid + 1, stop)
+        self._next_rowid = stop
+        return self._remember(rows).samples.get(rowid)
+
+    def location(self, node: int) -> PartLocation | None:
+        """Where a part file's bytes are, or None if `node` is not a part."""
+        if node & 3 != PART:
+            return None
+        rowid = node >> 2
+        location = self._cache.locations.get(rowid)
+        if location is None:
+            location = self.index.part_location(rowid)
+        return location
+
+    # -- lookups -------------------------------------------------------------------------------------
+    def lookup(self, parent: int, name: str) -> Node | None:
+        """The node called `name` in folder `parent`, or None if there is none."""
+        if parent == ROOT and self.flat:  # the hot path: a file of the flat view
+            member = key_and_part(unescape_name(name))
+            if member is None:
+                return None
+            sample = self._sample_by_key(member[0])
+            return None if sample is None else sample.by_name.get(member[1])
+        kind, number = parent & 3, parent >> 2
+        if kind == SAMPLE:
+            sample = self._sample(number)
+            return None if sample is None else sample.by_name.get(unescape_name(name))
+        if kind != FOLDER or number >= len(self._folders):
+            return None
+        if number == 0 and self.view is View.SAMPLE:
+            return self._sample_node(unescape_name(name), None)
+        shard = self._folder_shard[number]
+        if shard is not None:
+            return self._sample_node(unescape_name(name), shard)
+        child = self._folders[number].get(name)
+        return None if child is None else Node(child, True)
+
+    def _sample_node(self, key: str, tar_file_id: int | None) -> Node | None:
+        """The folder of the sample called `key` (in shard `tar_file_id`, if given), if it is in the view."""
+        place = self.index.sample_place(key)
+        if place is None or (tar_file_id is not None and place[1] != tar_file_id):
+            return None
+        return Node(node_id(SAMPLE, place[0]), True)
+
+    def node(self, node: int) -> Node | None:
+        """The node behind an id the kernel holds (for its attributes), or None if there is none."""
+        kind, number = node & 3, node >> 2
+        if kind == FOLDER:
+            return Node(node, True) if number < len(self._folders) else None
+        if kind == SAMPLE:
+            in_view = number in self._cache.samples or self.index.sample_shard(number) is not None
+            return Node(node, True) if in_view else None
+        location = self.location(node)
+        return None if location is None else Node(node, False, location.size)
+
+    # -- listings ------------------------------------------------------------------------------------
+    def list_dir(self, folder: int, after: int = 0, limit: int = 1024) -> Listing:
+        """Up to `limit` entries of a folder after cookie `after` (0: from the start; `.` and `..` excluded).
+
+        Raises NotADirectoryError for a part file and FileNotFoundError for an id that is no folder.
+        """
+        kind, number = folder & 3, folder >> 2
+        start = max(after - FIRST_COOKIE, -1)
+        if kind == PART:
+            raise NotADirectoryError(folder)
+        if kind == SAMPLE:
+            sample = self._sample(number)
+            return Listing(False, [] if sample is None else _page(sample.listing(), start, limit))
+        if number >= len(self._folders):
+            raise FileNotFoundError(folder)
+        if number == 0 and self.view is View.FLAT:
+            rows = self.index.part_files_page(max(start, 0), limit)
+            return Listing(False, [(escape_name(name), (rowid << 2) | PART, size, rowid + FIRST_COOKIE)
+                                   for name, rowid, size in rows])  # fmt: skip
+        if number == 0 and self.view is View.SAMPLE:
+            rows = self.index.samples_page(max(start, 0), limit)
+            return Listing(True, [(escape_name(key), (rowid << 2) | SAMPLE, 0, rowid + FIRST_COOKIE)
+                                  for key, rowid in rows])  # fmt: skip
+        shard = self._folder_shard[number]
+        if shard is not None:
+            rows = self.index.shard_samples_page(shard, start, limit)
+            return Listing(True, [(escape_name(key), (rowid << 2) | SAMPLE, 0, index + FIRST_COOKIE)
+                                  for key, rowid, index in rows])  # fmt: skip
+        children = [(name, child, 0) for name, child in self._folders[number].items()]
+        return Listing(True, _page(children, start, limit))
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes, files) of the parts this tree shows, for `df`."""
+        return self.index.part_usage()
+
+    # -- bytes ---------------------------------------------------------------------------------------
+    def read(self, node: int, offset: int, size: int) -> bytes:
+        """Bytes `offset .. offset+size` of a part file (fewer at its end); FileNotFoundError if no part."""
+        location = self.location(node)
+        if location is None:
+            raise FileNotFoundError(node)
+        return self.dataset.read_part(location, offset, size)
+
+    def read_cached(self, node: int, offset: int, into: memoryview) -> memoryview:
+        """`read` into `into` from the page cache only (the filled front of it); BlockingIOError if the
+        disk would be needed."""
+        location = self.location(node)
+        if location is None:
+            raise FileNotFoundError(node)
+        return self.dataset.read_part_cached(location, offset, into)
+
+    def close(self) -> None:
+        """Close every thread's connection and the dataset's shard files."""
+        self.index.close()
+        self.dataset.close()
+
+
+def parse_view(value: str) -> View:
+    """The view named on the command line."""
+    try:
+        return View(value)
+    except ValueError:
+        raise PrepError(f"--view must be one of flat, sample, shard (got {value!r}).") from None

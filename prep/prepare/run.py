@@ -1,0 +1,395 @@
+"""`prepare`: index existing WebDataset shards and write energon's `.nv-meta`, in parallel and all-or-nothing.
+
+    >>> from prep.prepare import prepare_dataset                    # doctest: +SKIP
+    >>> prepare_dataset("/data/my-dataset", split_ratio="8,1,1")      # doctest: +SKIP
+
+The stages of `prepare`, in order:
+
+1. the shards: every tar below the folder in energon's order (`shards.list_dataset_shards`), or for
+   `--tar-index-only` those the existing `.info.json` lists; over an existing index only if the wizard
+   says so;
+2. the split (`splits.SplitSpec`), from the options or asked;
+3. the index, staged (`stage_index`): each shard scanned in a worker (`shards.index_shard`) with its
+   `.tar.idx` written there, the rows inserted here as they come (`prep.index.sqlite`), then
+   `.info.json`, `split.yaml` and `index.uuid` (`prep.index.meta`);
+4. `dataset.yaml` (and a `sample_loader.py`) as the wizard decides (`prep.index.dataset_yaml`);
+5. everything put in place at once (`prep.index.staging`).
+
+What the user is told and asked goes through a `Wizard`: `Unattended` decides from the options alone and
+says nothing (the Python API, `--non-interactive`); the command line's wizard (`prep.prepare.wizard`)
+talks on the terminal and asks energon's questions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import stat
+import threading
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from prep.errors import PrepError, ShardError
+from prep.index.dataset_yaml import DatasetDefinition, define_dataset, find_sample_type, parse_field_map
+from prep.index.format import (
+    DATASET_YAML,
+    INDEX_SQLITE,
+    INDEX_UUID,
+    INFO_JSON,
+    INFO_YAML,
+    SAMPLE_LOADER_PY,
+    SPLIT_YAML,
+)
+from prep.index.meta import (
+    info_json_from_yaml,
+    info_json_text,
+    info_yaml_text,
+    is_prepared,
+    new_index_uuid,
+    split_yaml_text,
+)
+from prep.index.rows import MAX_PART_NAMES
+from prep.index.splits import SHUFFLE_SEED, SplitSpec, parse_split_parts, parse_split_ratio
+from prep.index.sqlite import DuplicateKeyError, SqliteIndexWriter
+from prep.index.staging import Staging
+from prep.prepare.shards import (
+    check_dataset_root,
+    index_shard,
+    list_dataset_shards,
+    reindexed_shards,
+    release_freed_memory,
+)
+from prep.processes import ordered_map, worker_count
+
+#: How many shard errors one report lists before summarising the rest.
+MAX_REPORTED_ERRORS = 10
+#: Samples whose parts the wizard shows after indexing (energon shows two).
+PREVIEW_SAMPLES = 2
+#: With more part types than this, energon offers no field map (a sample loader instead).
+MAX_FIELD_MAP_PARTS = 10
+#: `progress(shards done, shards in all)`, called as each shard's rows go in.
+ShardProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What a prepare is told up front (the flags of `shardprep prepare`)."""
+
+    split_ratio: str | None = None
+    split_parts: tuple[str, ...] = ()
+    #: The ratio split shuffles the shards with this seed first; None keeps energon's sorted order.
+    shuffle_seed: int | None = None
+    exclude: str | None = None
+    num_workers: int | None = None
+    tar_index_only: bool = False
+    force_overwrite: bool = False
+    #: energon sample type for dataset.yaml (`CrudeWebdataset` for crude); None: none (or ask).
+    sample_type: str | None = None
+    field_map: str | None = None
+    skip_dataset_yaml: bool = False
+    dataset_yaml_name: str = DATASET_YAML
+    #: A finished dataset.yaml text to write as it is, instead of one made from the sample type.
+    dataset_yaml: str | None = None
+
+    def __post_init__(self) -> None:
+        worker_count(self.num_workers, 1)
+        # An unknown sample type, a bad field map or a crude one are refused before any work.
+        field_map = parse_field_map(self.field_map) if self.field_map is not None else None
+        if self.sample_type is not None:
+            define_dataset(find_sample_type(self.sample_type), field_map)
+
+
+@dataclass
+class StagedIndex:
+    """A dataset's new index, written to staging but not yet in place: `commit()` it, or leave the `with`
+    block without committing to discard it."""
+
+    root: Path
+    shards: list[str]
+    staging: Staging
+    file_mode: int | None
+    shard_counts: dict[str, int] = field(default_factory=dict)
+    part_names: list[str] = field(default_factory=list)
+    #: The first samples of the first shard: [(key, [(part, offset, size)])], for the wizard's preview.
+    first_samples: list[tuple[str, list[tuple[str, int, int]]]] = field(default_factory=list)
+
+    def write_meta(self, name: str, text: str) -> None:
+        """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files."""
+        path = self.staging.meta_file(name)
+        path.write_text(text)
+        if self.file_mode is not None:
+            os.chmod(path, self.file_mode)
+
+    def meta_exists(self, name: str) -> bool:
+        """Whether `.nv-meta/NAME` exists (carried over from the previous index or written in this run)."""
+        return self.staging.meta_file(name).is_file()
+
+    def read_part(self, shard: str, offset: int, size: int) -> bytes:
+        with open(self.root / shard, "rb") as file:
+            return os.pread(file.fileno(), size, offset)
+
+    def commit(self) -> None:
+        self.staging.commit()
+
+    def __enter__(self) -> StagedIndex:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.staging.__exit__(*exc_info)
+
+
+class Wizard(Protocol):
+    """What a prepare tells and asks its user, at each stage."""
+
+    def go_over_existing(self, root: Path) -> bool:
+        """`root` has an index already: prepare it again?"""
+
+    def shards_found(self, shards: list[str]) -> None:
+        """The shards that will be indexed."""
+
+    def split_ratio(self) -> str:
+        """The train/val/test ratio, when the options give no split."""
+
+    def dataset_definition(self, staged: StagedIndex) -> DatasetDefinition | None:
+        """After indexing: what to write as dataset.yaml (and sample_loader.py), or None for nothing."""
+
+
+class Unattended:
+    """The wizard without a user: the options decide, a missing answer is an error, nothing is printed."""
+
+    def __init__(self, options: PrepareOptions) -> None:
+        self.options = options
+
+    def go_over_existing(self, root: Path) -> bool:
+        if self.options.force_overwrite:
+            return True
+        raise PrepError(f"{root} has already been prepared. Use --force-overwrite to prepare it again.")
+
+    def shards_found(self, shards: list[str]) -> None:
+        pass
+
+    def split_ratio(self) -> str:
+        raise PrepError(
+            "--split-ratio is required with --non-interactive (unless --split-parts or --tar-index-only"
+            " is given), e.g. --split-ratio 8,1,1."
+        )
+
+    def dataset_definition(self, staged: StagedIndex) -> DatasetDefinition | None:
+        options = self.options
+        if options.skip_dataset_yaml:
+            return None
+        if options.dataset_yaml is not None:
+            return DatasetDefinition(options.dataset_yaml)
+        if options.sample_type is None:
+            return None
+        field_map = parse_field_map(options.field_map) if options.field_map is not None else None
+        definition = define_dataset(find_sample_type(options.sample_type), field_map, loader_parts(staged))
+        if definition.sample_loader is not None and staged.meta_exists(SAMPLE_LOADER_PY):
+            return DatasetDefinition(definition.yaml)  # keep the user's edited loader
+        return definition
+
+
+def loader_parts(staged: StagedIndex) -> list[str]:
+    """The parts a new sample_loader.py's `part_filter` keeps: all of them, unless there are too many."""
+    return staged.part_names if len(staged.part_names) <= MAX_FIELD_MAP_PARTS else ["TODO"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a prepare indexed: shard name -> sample count, in `.info.json` order."""
+
+    shard_counts: dict[str, int]
+
+    @property
+    def samples(self) -> int:
+        return sum(self.shard_counts.values())
+
+
+def prepare(
+    root: Path,
+    options: PrepareOptions,
+    wizard: Wizard | None = None,
+    progress: ShardProgress | None = None,
+) -> Prepared | None:
+    """Prepare the dataset at `root`; None if the wizard declined to go over an existing index."""
+    wizard = wizard or Unattended(options)
+    if options.tar_index_only:
+        shards, split = reindexed_shards(root, options.exclude), None
+    else:
+        check_dataset_root(root)
+        if is_prepared(root) and not wizard.go_over_existing(root):
+            return None
+        shards = list_dataset_shards(root, options.exclude)
+        wizard.shards_found(shards)
+        split = choose_split(options, wizard)
+    with stage_index(root, shards, split=split, num_workers=options.num_workers, progress=progress) as staged:
+        if split is not None:
+            definition = wizard.dataset_definition(staged)
+            if definition is not None:
+                staged.write_meta(options.dataset_yaml_name, definition.yaml)
+                if definition.sample_loader is not None:
+                    staged.write_meta(SAMPLE_LOADER_PY, definition.sample_loader)
+        staged.commit()
+    return Prepared(staged.shard_counts)
+
+
+def choose_split(options: PrepareOptions, wizard: Wizard) -> SplitSpec:
+    """The split the options give (`--split-parts` wins over `--split-ratio`), or the one the wizard gets."""
+    if options.split_parts:
+        return SplitSpec(patterns=parse_split_parts(options.split_parts))
+    ratio = options.split_ratio if options.split_ratio is not None else wizard.split_ratio()
+    return SplitSpec(ratio=parse_split_ratio(ratio), shuffle_seed=options.shuffle_seed)
+
+
+def prepare_dataset(
+    root: str | Path,
+    *,
+    split_ratio: str | None = None,
+    split_parts: list[str] | None = None,
+    shuffle_seed: int | None = SHUFFLE_SEED,
+    exclude: str | None = None,
+    num_workers: int | None = None,
+    tar_index_only: bool = False,
+    dataset_yaml: str | None = None,
+    dataset_yaml_name: str = DATASET_YAML,
+    sample_type: str | None = None,
+    field_map: str | None = None,
+    force_overwrite: bool = True,
+) -> dict[str, int]:
+    """Prepare the dataset at `root` non-interactively and return its shard counts.
+
+    `split_ratio` ("8,1,1", default "1,0,0") assigns whole shards, shuffled with
+    `random.Random(shuffle_seed)` (None keeps the sorted order); `split_parts` (["train:train/.*", ...])
+    assigns by brace-expanded regex instead. `dataset_yaml` is the text of `.nv-meta/<dataset_yaml_name>`
+    to write with the index; or name a `sample_type` (and a `field_map` JSON) to have one made. An
+    existing index is replaced unless `force_overwrite` is False.
+    """
+    options = PrepareOptions(
+        split_ratio=split_ratio if split_ratio is not None or split_parts else "1,0,0",
+        split_parts=tuple(split_parts or ()),
+        shuffle_seed=shuffle_seed,
+        exclude=exclude,
+        num_workers=num_workers,
+        tar_index_only=tar_index_only,
+        force_overwrite=force_overwrite,
+        sample_type=sample_type,
+        field_map=field_map,
+        dataset_yaml=dataset_yaml,
+        dataset_yaml_name=dataset_yaml_name,
+    )
+    prepared = prepare(Path(root), options)
+    assert prepared is not None  # Unattended never declines: it goes over an index or raises
+    return prepared.shard_counts
+
+
+def stage_index(
+    root: Path,
+    shards: list[str],
+    *,
+    split: SplitSpec | None,
+    num_workers: int | None = None,
+    progress: ShardProgress | None = None,
+) -> StagedIndex:
+    """Index `shards` under `root` into a staging area: `.tar.idx` files, `index.sqlite`, `index.uuid`,
+    `.info.json` and, when `split` is given, `split.yaml`. Nothing is in place until `commit()`.
+
+    With `split=None` (energon's --tar-index-only) `.info.json` and `split.yaml` are not rewritten.
+    """
+    if not shards:
+        raise PrepError(f"No shards to index under {root}.")
+    workers = worker_count(num_workers, len(shards))
+    meta_mode, file_mode = _permissions(root, root / shards[0])
+    with ExitStack() as on_error:
+        staging = on_error.enter_context(Staging(root, meta_mode=meta_mode))
+        staged = StagedIndex(root, shards, staging, file_mode)
+        _insert_rows(staged, workers, progress)
+        _write_meta(staged, split)
+        on_error.pop_all()  # success: the caller owns the staging now
+    return staged
+
+
+def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | None) -> None:
+    """Scan every shard in the workers and insert its rows as it comes back, in shard order; every bad
+    shard is reported, in one error."""
+    root, shards, staging = staged.root, staged.shards, staged.staging
+    tar_indexes = [staging.tar_index_file(shard) for shard in shards]
+    tasks = [
+        (str(root), shard, i, str(path))
+        for i, (shard, path) in enumerate(zip(shards, tar_indexes, strict=True))
+    ]
+    errors: list[PrepError] = []
+    part_names: set[str] = set()
+    with SqliteIndexWriter(staging.meta_file(INDEX_SQLITE), shards) as writer:
+        results = ordered_map(index_shard, tasks, workers, what="indexing shards", preload="prep.tar.scan")
+        for done, result in enumerate(results, 1):
+            release_freed_memory()  # the previous shard's rows are gone now
+            if progress is not None:
+                progress(done, len(tasks))
+            if isinstance(result, ShardError):
+                errors.append(result)
+                continue
+            if errors:
+                continue  # keep scanning to report every bad shard, but stop building
+            try:
+                writer.add_rows(result)
+            except DuplicateKeyError as error:
+                errors.append(error)
+                continue
+            staged.shard_counts[result.shard] = result.count
+            if len(part_names) < MAX_PART_NAMES:
+                part_names.update(result.distinct_part_names())
+            if result.tar_file_id == 0:
+                staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
+        if errors:
+            raise _shard_errors_report(errors)
+        # sqlite builds the indexes without holding the GIL: meanwhile load what writes the YAML files.
+        loading = threading.Thread(target=importlib.import_module, args=("yaml",), daemon=True)
+        loading.start()
+        writer.finish()
+        loading.join()
+    staged.part_names = sorted(part_names)
+    if staged.file_mode is not None:
+        os.chmod(staging.meta_file(INDEX_SQLITE), staged.file_mode)
+    for shard, path in zip(shards, tar_indexes, strict=True):  # each shard's mode plus rw for the owner
+        try:
+            os.chmod(path, stat.S_IMODE((root / shard).stat().st_mode) | 0o600)
+        except OSError:
+            pass
+
+
+def _write_meta(staged: StagedIndex, split: SplitSpec | None) -> None:
+    """`index.uuid`, and unless only the shard indexes are rebuilt, `.info.json` and `split.yaml`."""
+    staging, counts = staged.staging, staged.shard_counts
+    staged.write_meta(INDEX_UUID, new_index_uuid())
+    if split is None:  # --tar-index-only: a legacy .info.yaml gains the .info.json energon now reads
+        if staging.meta_file(INFO_YAML).is_file() and not staging.meta_file(INFO_JSON).is_file():
+            staged.write_meta(INFO_JSON, info_json_from_yaml(staging.meta_file(INFO_JSON).parent))
+        return
+    staged.write_meta(INFO_JSON, info_json_text(counts))
+    if staging.meta_file(INFO_YAML).is_file():
+        staged.write_meta(INFO_YAML, info_yaml_text(counts))
+    staged.write_meta(SPLIT_YAML, split_yaml_text(split.assign(staged.shards)))
+
+
+def _permissions(root: Path, first_shard: Path) -> tuple[int | None, int | None]:
+    """energon's permissions for new index files: the folder's mode plus rwx for the owner, the first
+    shard's mode plus rw for the owner."""
+    try:
+        meta_mode = stat.S_IMODE(root.stat().st_mode) | 0o700
+        file_mode = stat.S_IMODE(first_shard.stat().st_mode) | 0o600
+        return meta_mode, file_mode
+    except OSError:
+        return None, None
+
+
+def _shard_errors_report(errors: list[PrepError]) -> PrepError:
+    if len(errors) == 1:
+        return errors[0]
+    lines = [f"{len(errors)} problems; nothing was written and the previous index is untouched:"]
+    lines += [f"  - {error}" for error in errors[:MAX_REPORTED_ERRORS]]
+    if len(errors) > MAX_REPORTED_ERRORS:
+        lines.append(f"  ... and {len(errors) - MAX_REPORTED_ERRORS} more.")
+    return PrepError("\n".join(lines))

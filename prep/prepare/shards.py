@@ -1,0 +1,78 @@
+"""Which shards a prepare indexes, and the worker task that indexes one of them.
+
+A full prepare takes every `*.tar`/`*.tgz` below the dataset folder (energon's glob and order); a
+`--tar-index-only` run re-indexes the shards the existing `.info.json` lists. Either way `--exclude`
+leaves out shards whose path matches. Each shard is then scanned in a worker process (`index_shard`),
+which writes its staged `.tar.idx` and hands its rows back to the main process for sqlite.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+from prep.errors import PrepError, ShardError
+from prep.index.format import INFO_JSON, META_DIR
+from prep.index.group import shard_rows
+from prep.index.meta import is_prepared, read_shard_counts
+from prep.index.rows import ShardRows, write_tar_index
+from prep.index.shard_list import exclude_shards, find_shards
+
+
+def check_dataset_root(root: Path) -> None:
+    if not root.exists():
+        raise PrepError(f"{root} does not exist. Give the folder that holds the dataset's shards.")
+    if not root.is_dir():
+        raise PrepError(f"{root} is not a folder. Give the folder that holds the dataset's shards.")
+
+
+def list_dataset_shards(root: Path, exclude: str | None = None) -> list[str]:
+    """The shards `prepare` indexes under `root`, in energon's order; a PrepError if there are none."""
+    check_dataset_root(root)
+    shards = exclude_shards(find_shards(root), exclude)
+    if not shards:
+        excluded = f" (after --exclude {exclude!r})" if exclude else ""
+        raise PrepError(
+            f"No shards found under {root}{excluded}: prepare looks for *.tar and *.tgz files in it and its"
+            " sub-folders, skipping hidden ones. Point it at the folder that holds the shards."
+        )
+    return shards
+
+
+def reindexed_shards(root: Path, exclude: str | None = None) -> list[str]:
+    """The shards --tar-index-only re-indexes: those of the existing `.info.json`, less --exclude."""
+    check_dataset_root(root)
+    if not is_prepared(root):
+        raise PrepError(
+            f"{root} has not been prepared yet ({META_DIR}/{INFO_JSON} is missing), so there is no shard list"
+            " to re-index. Run prepare without --tar-index-only."
+        )
+    shards = exclude_shards(list(read_shard_counts(root / META_DIR)), exclude)
+    if not shards:
+        raise PrepError(f"No shards left to index in {root} after --exclude {exclude!r}.")
+    return shards
+
+
+def index_shard(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> ShardRows | ShardError:
+    """Worker task: index one shard and write its staged `.tar.idx`. Errors come back as values, not
+    raised, so the main process can go on and report every bad shard at once."""
+    try:
+        rows = shard_rows(os.path.join(root, shard), shard, tar_file_id)
+        write_tar_index(Path(staged_tar_index), rows)
+        return rows
+    except ShardError as error:
+        return error
+    except OSError as error:
+        return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
+    finally:
+        release_freed_memory()
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed after a shard back to the system (glibc keeps it otherwise), so a long run's
+    footprint is that of one shard, not of the fragments of all of them."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

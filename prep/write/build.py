@@ -1,0 +1,156 @@
+"""A prepared dataset being written: shards under temporary names, their index rows, then `.nv-meta`.
+
+    with DatasetBuild(root, limits=ShardLimits(maxcount=10_000), pattern="shard-%06d.tar") as build:
+        build.writer("train").write("000000001", [("txt", b"hello")])
+        build.finish(["train"], definition)
+        build.commit()
+
+The shard writers hand over each finished shard's `ShardRows`; its `.tar.idx` goes to the staging area
+and its rows to a file beside it at once, so memory stays flat. `finish` numbers the shards in
+energon's order and builds `index.sqlite`, `.info.json`, `split.yaml`, `index.uuid` and `dataset.yaml`
+with the same index writer `prepare` uses. Nothing looks complete before `commit`, which puts shards and
+`.tar.idx` files in place and `.nv-meta` last; leaving the `with` block without it removes them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prep.index.dataset_yaml import DatasetDefinition
+from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, INFO_JSON, SAMPLE_LOADER_PY, SPLIT_YAML
+from prep.index.meta import info_json_text, new_index_uuid, split_yaml_text
+from prep.index.rows import read_rows_file, write_rows_file, write_tar_index
+from prep.index.shard_list import shard_sort_key
+from prep.index.sqlite import SqliteIndexWriter
+from prep.index.staging import Staging
+from prep.tar.write import HeaderMaker
+from prep.write.shards import ShardLimits, ShardWriter, WrittenShard
+
+
+@dataclass
+class FinishedShard:
+    shard: str
+    split: str
+    count: int
+    bytes: int
+    #: The shard's rows (`write_rows_file`), kept on disk in the staging folder until `finish`.
+    rows_path: Path
+
+
+@dataclass
+class ShardSlot:
+    """A shard reserved for writing elsewhere: its name and where the shard and its index files go."""
+
+    shard: str
+    path: Path
+    tar_index_path: Path
+    rows_path: Path
+    split: str
+
+
+class DatasetBuild:
+    """Shards, `.tar.idx` files and `.nv-meta` of one dataset under `root`, staged until `commit`."""
+
+    def __init__(self, root: Path, *, limits: ShardLimits, pattern: str, mtime: int = 0) -> None:
+        self.staging = Staging(root, carry_over=False)  # a write replaces the whole index
+        self.root = root
+        self.limits = limits
+        self.pattern = pattern
+        self.headers = HeaderMaker(mtime)
+        self.finished: list[FinishedShard] = []
+        self.writers: dict[str, ShardWriter] = {}
+        #: Rows files named so far (shards written here and shards reserved for writing elsewhere).
+        self.rows_files = 0
+
+    def writer(self, split: str, folder: str = "") -> ShardWriter:
+        """The shard writer for a split, writing into `root/folder` (e.g. `train/`)."""
+        writer = self.writers.get(split)
+        if writer is None:
+            writer = ShardWriter(
+                self.root / folder if folder else self.root,
+                self.pattern,
+                prefix=f"{folder.strip('/')}/" if folder else "",
+                limits=self.limits,
+                temp_name=self.staging.temp_path,
+                on_close=lambda written, split=split: self._shard_closed(split, written),
+                headers=self.headers,
+            )
+            self.writers[split] = writer
+        return writer
+
+    def _shard_closed(self, split: str, written: WrittenShard) -> None:
+        rows = written.rows
+        write_tar_index(self.staging.tar_index_file(written.shard), rows)
+        rows_path = self._rows_path()
+        write_rows_file(rows_path, rows)
+        self.finished.append(FinishedShard(written.shard, split, rows.count, written.bytes, rows_path))
+
+    def _rows_path(self) -> Path:
+        self.rows_files += 1
+        return self.staging.meta_file(f"rows-{self.rows_files - 1}.pickle")
+
+    def reserve_shard(self, split: str) -> ShardSlot:
+        """Name the next shard of `split` for a writer elsewhere (another process): where it and its index go.
+
+        The caller writes the shard to `slot.path`, its `.tar.idx` and its rows file, then hands it back
+        with `adopt`. Shards reserved this way and written by `writer(split)` share one numbering."""
+        writer = self.writer(split)
+        writer.finish_shard()
+        shard, final = writer.next_shard()
+        staged = self.staging.temp_path(final)
+        return ShardSlot(shard, staged, self.staging.tar_index_file(shard), self._rows_path(), split)
+
+    def adopt(self, slot: ShardSlot, count: int, nbytes: int) -> None:
+        """Take in a reserved shard that has been written with its index files; `nbytes` is its tar size."""
+        self.finished.append(FinishedShard(slot.shard, slot.split, count, nbytes, slot.rows_path))
+
+    def finish(self, split_names: list[str], definition: DatasetDefinition | None) -> None:
+        """Close every shard and write the index into the staging area (nothing is in place yet)."""
+        for writer in self.writers.values():
+            writer.close()
+        shards = sorted(self.finished, key=lambda shard: shard_sort_key(shard.shard))
+        with SqliteIndexWriter(
+            self.staging.meta_file(INDEX_SQLITE), [shard.shard for shard in shards]
+        ) as index:
+            for tar_file_id, shard in enumerate(shards):
+                rows = read_rows_file(shard.rows_path)
+                rows.tar_file_id = tar_file_id  # the shard's place is known only now
+                index.add_rows(rows)
+                shard.rows_path.unlink()
+            index.finish()
+        splits = {name: [shard.shard for shard in shards if shard.split == name] for name in split_names}
+        meta = {
+            INDEX_UUID: new_index_uuid(),
+            INFO_JSON: info_json_text({shard.shard: shard.count for shard in shards}),
+            SPLIT_YAML: split_yaml_text(splits),
+        }
+        if definition is not None:
+            meta[DATASET_YAML] = definition.yaml
+            if definition.sample_loader is not None:
+                meta[SAMPLE_LOADER_PY] = definition.sample_loader
+        for name, text in meta.items():
+            self.staging.meta_file(name).write_text(text)
+
+    def split_counts(self, split_names: list[str]) -> dict[str, int]:
+        """Samples written per split."""
+        return {
+            name: sum(shard.count for shard in self.finished if shard.split == name) for name in split_names
+        }
+
+    def commit(self) -> None:
+        """Shards and their `.tar.idx` files into place, then `.nv-meta` (the step that makes it complete)."""
+        self.staging.commit()
+
+    def abort(self) -> None:
+        """Remove every file this build wrote; whatever was under `root` before stays as it was."""
+        for writer in self.writers.values():
+            writer.abort()
+        self.staging.abort()
+
+    def __enter__(self) -> DatasetBuild:
+        return self
+
+    def __exit__(self, exc_type: type | None, *exc_info: object) -> None:
+        if not self.staging.committed:
+            self.abort()

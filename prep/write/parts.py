@@ -1,0 +1,114 @@
+"""The parts stage of a write: a record's fields to its encoded parts, and its media to the aux dataset.
+
+Which fields become which parts is the user's `--part` mapping or the source's default (`"json-line"`,
+`"json-row"`, `"by-name"`, or (field, part) pairs); each value is encoded by its part's extension
+(`prep.codecs`). A media part given as a path is read relative to the source's folder. With
+`--media-column` the media fields leave the sample for the auxiliary dataset, and the sample keeps their
+file names there in its `aux.json` part.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prep.codecs import EncodeError, codec_for, encoder_for, extension
+from prep.index.format import AUX_PART
+from prep.write.keys import Rejected
+from prep.write.options import WriteOptions
+from prep.write.sources import Record, Source
+
+Parts = list[tuple[str, bytes]]
+
+
+def record_parts(source: Source, record: Record, key: str, options: WriteOptions) -> tuple[Parts, Parts]:
+    """(the sample's parts, its media for the auxiliary dataset) of one record; Rejected if it has none
+    or a value cannot be written as its part."""
+    fields = record.fields
+    try:
+        media: Parts = []
+        if options.media:
+            fields = dict(fields)
+            media, names = _media_parts(key, record, fields, options.media)
+        parts = _encoded_parts(source, record, fields, options)
+        if options.media:
+            parts.append((AUX_PART, json.dumps(names, ensure_ascii=False).encode()))
+    except EncodeError as error:
+        raise Rejected(str(error)) from None
+    except KeyError as error:
+        raise Rejected(f"no field {error.args[0]!r} for --part") from None
+    if not parts:
+        raise Rejected("the record has no parts to write")
+    return parts, media
+
+
+def _encode(part: str, value: object, record: Record, allow_pickle: bool) -> bytes:
+    if isinstance(value, str) and codec_for(part).media:
+        return read_media(value, record)  # a media part given as a path reads the file
+    return encoder_for(part, allow_pickle)(value)
+
+
+def read_media(value: str, record: Record) -> bytes:
+    """The bytes of a media file named in a record, relative to the source's folder."""
+    path = Path(value) if record.base is None else record.base / value
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise EncodeError(f"missing media file {value!r} ({error.strerror or error})") from None
+
+
+def _encoded_parts(source: Source, record: Record, fields: dict, options: WriteOptions) -> Parts:
+    """The parts of one record, encoded; raises EncodeError or KeyError (a missing field)."""
+    allow_pickle = options.allow_pickle
+    mapping = options.parts or source.default_parts
+    if mapping == "json-line":
+        if record.raw is not None and fields is record.fields:
+            return [("json", record.raw)]
+        return [("json", _encode("json", fields, record, allow_pickle))]
+    if mapping == "json-row":
+        return [("json", _encode("json", fields, record, allow_pickle))]
+    if mapping == "by-name":
+        return [
+            (name, _encode(name, value, record, allow_pickle))
+            for name, value in fields.items()
+            if value is not None and not name.startswith("__")
+        ]
+    parts = []
+    for column, part in mapping:
+        if column not in fields:
+            raise KeyError(column)
+        value = fields[column]
+        if value is not None:  # a null writes no part, as webdataset leaves out missing parts
+            parts.append((part, _encode(part, value, record, allow_pickle)))
+    return parts
+
+
+def _media_parts(
+    key: str, record: Record, fields: dict, media: tuple[tuple[str, str | None], ...]
+) -> tuple[Parts, dict[str, str]]:
+    """Take the media fields out of `fields`: (aux parts, {field: aux file name}); raises EncodeError."""
+    parts: Parts = []
+    names: dict[str, str] = {}
+    for column, ext in media:
+        if column not in fields:
+            raise EncodeError(f"no field {column!r} for --media-column")
+        value = fields.pop(column)
+        if ext is None:
+            if isinstance(value, str) and "." in value:
+                ext = value.rpartition(".")[2].lower()
+            elif codec_for(column).media:
+                ext = extension(column)
+            else:
+                raise EncodeError(
+                    f"cannot tell the file type of media field {column!r}; give --media-column {column}=EXT"
+                )
+        if isinstance(value, str):
+            data = read_media(value, record)
+        elif isinstance(value, bytes | bytearray | memoryview):
+            data = bytes(value)
+        else:
+            raise EncodeError(f"media field {column!r} holds a {type(value).__name__}, not a path or bytes")
+        part = ext if len(media) == 1 else f"{column}.{ext}"
+        parts.append((part, data))
+        names[column] = f"{key}.{part}"
+    return parts, names

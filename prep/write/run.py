@@ -1,0 +1,410 @@
+"""`write`: raw records to a prepared dataset in one pass — shards, `.tar.idx` and `.nv-meta` together.
+
+    >>> from prep.write import write_dataset                                   # doctest: +SKIP
+    >>> write_dataset([{"__key__": "a", "txt": "hello"}], "/data/out")         # doctest: +SKIP
+
+Each record goes through four stages, in order; a stage that cannot take it raises `Rejected`, and the
+run then stops (`--on-error stop`) or lists the record in a rejects file and goes on (`skip`):
+
+1. key (`keys.SampleKeys`): from `__key__`, the folder stem or `--key-column`, or generated;
+2. split (`splits.group_of`, `splits.split_for`): a seeded hash of its group picks the split;
+3. parts (`parts.record_parts`): fields encoded by extension, media split off for the aux dataset;
+4. sink (`WriteRun.add`): the split's shard writer, or first the group spool (`--group-contiguous`).
+
+A plain JSONL file (generated keys, each line as the `json` part, one split, `--on-error stop`) skips
+the loop: its shards are planned from the line lengths and written on every core (`jsonl_parallel`).
+The shards, their `.tar.idx` and `.nv-meta` are built in staging (`build.DatasetBuild`) and nothing is
+in place until everything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prep.errors import PrepError
+from prep.index.dataset_yaml import DatasetDefinition, crude_definition, dataset_yaml_text
+from prep.index.format import META_DIR, METADATASET_YAML
+from prep.index.staging import Staging
+from prep.processes import ordered_map, worker_count
+from prep.tar.fields import END_OF_ARCHIVE
+from prep.write.build import DatasetBuild
+from prep.write.jsonl_parallel import ShardJob, plan_shards, write_planned_shard
+from prep.write.keys import Rejected, SampleKeys
+from prep.write.options import WriteOptions
+from prep.write.parts import Parts, record_parts
+from prep.write.polylithic import AUX_FOLDER, PRIMARY_FOLDER, metadataset_yaml
+from prep.write.shards import sample_tar_bytes
+from prep.write.sources import DictSource, Record, Reject, Source
+from prep.write.sources.jsonl import JsonlSource
+from prep.write.splits import GroupSpool, group_of, split_for
+
+REJECTS_FILE = "rejects.jsonl"
+#: Records between two progress reports.
+PROGRESS_EVERY = 1024
+
+
+class BadInputError(PrepError):
+    """Input that cannot become a sample, with `on_error="stop"`: names `file:line` and the reason."""
+
+
+@dataclass
+class WriteProgress:
+    samples: int
+    bytes: int
+    rejects: int
+    seconds: float
+
+
+@dataclass
+class WriteSummary:
+    """What a write produced."""
+
+    out_dir: Path
+    samples_per_split: dict[str, int]
+    shards: int
+    bytes: int
+    rejects: int
+    rejects_path: Path | None
+    seconds: float
+    dataset: Path
+    aux: Path | None = None
+    metadataset: Path | None = None
+    oversize_groups: int = 0
+    shard_names: list[str] = field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        return sum(self.samples_per_split.values())
+
+
+class WriteRun:
+    """One write under way: the primary (and aux) dataset builds, the rejects, the counts.
+
+    A context manager: leaving it without `commit` removes everything the run wrote and leaves `out_dir`
+    as it was.
+    """
+
+    def __init__(
+        self, out_dir: Path, options: WriteOptions, progress: Callable[[WriteProgress], None] | None
+    ) -> None:
+        self.out_dir = out_dir
+        self.options = options
+        self.started = time.perf_counter()
+        self.progress = progress
+        # Files beside the datasets (rejects, the aux folder, the metadataset), put in place last.
+        self.staging = Staging(out_dir, meta=False)
+        limits, pattern = options.limits, options.shard_pattern
+        root = out_dir / PRIMARY_FOLDER if options.polylithic else out_dir
+        self.primary = DatasetBuild(root, limits=limits, pattern=pattern)
+        self.aux_build: DatasetBuild | None = None
+        self.aux_folder: Path | None = None
+        if options.polylithic and options.aux_format == "tar":
+            self.aux_build = DatasetBuild(out_dir / AUX_FOLDER, limits=limits, pattern=pattern)
+        elif options.polylithic:
+            self.aux_folder = self.staging.temp_path(out_dir / AUX_FOLDER)
+            self.aux_folder.mkdir()
+        self.rejects_path = options.rejects or out_dir / REJECTS_FILE
+        self.rejects_file = None
+        self.rejects = 0
+        self.samples = 0
+        self.bytes = 0
+        self.spool = (
+            GroupSpool(self.primary.staging.meta_file("groups.spool")) if options.group_contiguous else None
+        )
+        self.oversize_groups = 0
+
+    # -- the error policy and progress ----------------------------------------------------------------
+    def reject(self, where: str, reason: str, text: str = "") -> None:
+        """Stop the run on bad input (`--on-error stop`), or list it in the rejects file and go on."""
+        if self.options.on_error == "stop":
+            raise BadInputError(
+                f"{where}: {reason}. Nothing was written. Fix the input, or pass --on-error skip to skip"
+                " such input and list it in a rejects file."
+            )
+        if self.rejects_file is None:
+            self.rejects_file = open(self.staging.temp_path(self.rejects_path), "w", encoding="utf-8")  # noqa: SIM115
+        self.rejects_file.write(
+            json.dumps({"where": where, "reason": reason, "input": text}, ensure_ascii=False) + "\n"
+        )
+        self.rejects += 1
+
+    def report(self, every: int = 1) -> None:
+        """Tell the progress callback where the run is (only every `every` records)."""
+        if self.progress is not None and (self.samples + self.rejects) % every == 0:
+            self.progress(
+                WriteProgress(self.samples, self.bytes, self.rejects, time.perf_counter() - self.started)
+            )
+
+    # -- the sink ---------------------------------------------------------------------------------------
+    def add(self, key: str, group: object, split: str, parts: Parts, media: Parts) -> None:
+        """Write one sample (to the group spool first, when groups stay contiguous) and its media."""
+        if media:
+            self._write_media(key, media)
+        if self.spool is not None:
+            self.spool.add(group, split, (key, parts))
+        else:
+            self._write_sample(split, key, parts)
+
+    def _write_sample(self, split: str, key: str, parts: Parts, same_shard: bool = False) -> None:
+        writer = self.primary.writer(split, self.options.split_folder(split))
+        self.bytes += writer.write(key, parts, same_shard)
+        self.samples += 1
+
+    def _write_media(self, key: str, media: Parts) -> None:
+        if self.aux_build is not None:
+            self.bytes += self.aux_build.writer("train").write(key, media)
+            return
+        assert self.aux_folder is not None
+        for part, data in media:
+            target = self.aux_folder / f"{key}.{part}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            self.bytes += len(data)
+
+    def drain_groups(self) -> None:
+        """Write the spooled groups, each whole in one shard (a new shard when it does not fit)."""
+        if self.spool is None:
+            return
+        limits = self.options.limits
+        for _, split, samples in self.spool.groups():
+            writer = self.primary.writer(split, self.options.split_folder(split))
+            nbytes = sum(sample_tar_bytes(parts) for _, parts in samples)
+            if not writer.room_for(len(samples), nbytes):
+                writer.finish_shard()
+            if not limits.fits(len(samples), nbytes):
+                self.oversize_groups += 1
+            for number, (key, parts) in enumerate(samples):
+                self._write_sample(split, key, parts, same_shard=number > 0)
+        self.spool.close()
+        self.spool = None
+
+    # -- the end ----------------------------------------------------------------------------------------
+    def finish(self, definition: DatasetDefinition) -> None:
+        """Write every index into staging (nothing is in place yet)."""
+        self.drain_groups()
+        split_names = list(self.options.split_names)
+        self.primary.finish(split_names, definition)
+        if self.aux_build is not None:
+            self.aux_build.finish(split_names, DatasetDefinition(dataset_yaml_text(crude_definition())))
+        if self.rejects_file is not None:
+            self.rejects_file.close()
+        if self.options.polylithic:
+            written = self.primary.split_counts(split_names)
+            used = [name for name in split_names if written[name] or name == "train"]
+            staged = self.staging.temp_path(self.out_dir / METADATASET_YAML)
+            staged.write_text(metadataset_yaml(used, self.options.aux_format))
+
+    def commit(self) -> None:
+        """Put everything in place: old contents out (with --overwrite), the aux dataset, the primary
+        dataset (its `.nv-meta` last), then the rejects and the metadataset."""
+        builds = [build for build in (self.aux_build, self.primary) if build is not None]
+        if self.options.overwrite:
+            keep = set().union(
+                self.staging.staged_paths(), *(build.staging.staged_paths() for build in builds)
+            )
+            _clear_old_contents(self.out_dir, keep)
+        for build in builds:
+            build.commit()
+        self.staging.commit()
+
+    def abort(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+        if self.rejects_file is not None:
+            self.rejects_file.close()
+        for build in (self.primary, self.aux_build):
+            if build is not None:
+                build.abort()
+        self.staging.abort()  # last: it made out_dir, which is empty only now
+
+    def __enter__(self) -> WriteRun:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self.staging.committed:
+            self.abort()
+
+    def summary(self) -> WriteSummary:
+        split_names = list(self.options.split_names)
+        shard_names = sorted(shard.shard for shard in self.primary.finished)
+        return WriteSummary(
+            out_dir=self.out_dir,
+            samples_per_split=self.primary.split_counts(split_names),
+            shards=len(shard_names),
+            bytes=self.bytes,
+            rejects=self.rejects,
+            rejects_path=self.rejects_path if self.rejects else None,
+            seconds=time.perf_counter() - self.started,
+            dataset=self.primary.root,
+            aux=self.out_dir / AUX_FOLDER if self.options.polylithic else None,
+            metadataset=self.out_dir / METADATASET_YAML if self.options.polylithic else None,
+            oversize_groups=self.oversize_groups,
+            shard_names=shard_names,
+        )
+
+
+def write(
+    sources: list[Source],
+    out_dir: Path,
+    options: WriteOptions,
+    progress: Callable[[WriteProgress], None] | None = None,
+) -> WriteSummary:
+    """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
+    definition = options.definition()
+    _check_out_dir(out_dir, options.overwrite)
+    with WriteRun(out_dir, options, progress) as run:
+        if not _write_jsonl_in_parallel(run, sources):
+            _write_records(run, sources)
+        run.report()
+        run.finish(definition)
+        run.commit()
+    return run.summary()
+
+
+def write_dataset(
+    sources: Source | Iterable[Source] | Iterable[dict],
+    out_dir: str | Path,
+    *,
+    progress: Callable[[WriteProgress], None] | None = None,
+    **options: object,
+) -> WriteSummary:
+    """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary.
+
+    `sources` is one source, a list of sources (`prep.write.sources.open_sources`), or any iterable of
+    dicts (webdataset style: `__key__` and parts). The options are `WriteOptions.parse`'s: `parts`,
+    `key_column`, `maxcount`, `maxsize`, `shard_pattern`, `split_ratio`, `group_by`, `group_contiguous`,
+    `seed`, `media_columns`, `aux_format`, `sample_type`, `field_map`, `on_error`, `rejects`,
+    `overwrite`, `allow_pickle`, `num_workers`; see `shardprep write --help` for what each does.
+    """
+    return write(_as_sources(sources), Path(out_dir), WriteOptions.parse(**options), progress)  # type: ignore[arg-type]
+
+
+def _as_sources(sources: Source | Iterable[Source] | Iterable[dict]) -> list[Source]:
+    if hasattr(sources, "records"):
+        return [sources]  # type: ignore[list-item]
+    if isinstance(sources, list) and sources and all(hasattr(source, "records") for source in sources):
+        return sources
+    return [DictSource(sources)]  # type: ignore[arg-type]
+
+
+def _write_records(run: WriteRun, sources: list[Source]) -> None:
+    """Every record through the stages: key, split, parts, sink."""
+    options = run.options
+    keys = SampleKeys(options.key_column)
+    ratio, seed, group_by = options.split_ratio, options.seed, options.group_by
+    for source in sources:
+        for record in source.records():
+            if type(record) is Reject:
+                run.reject(record.where, record.reason, record.input)
+                continue
+            try:
+                key = keys.key_of(record.key, record.fields)
+                group = group_of(record.fields, key, group_by)
+                split = split_for(group, ratio, seed) if ratio is not None else "train"
+                parts, media = record_parts(source, record, key, options)
+            except Rejected as rejected:
+                run.reject(record.where, str(rejected), _show(record))
+                continue
+            run.add(key, group, split, parts, media)
+            run.report(PROGRESS_EVERY)
+
+
+def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
+    """Write a plain JSONL source's shards in worker processes (`jsonl_parallel`); False when not
+    applicable or not worth it.
+
+    Only for the plain case with on_error=stop: generated keys, the default `json` part, one split. The
+    shards, keys and index are those the single-process loop writes; the first bad line stops the run."""
+    options = run.options
+    plain = (
+        options.key_column is None
+        and options.group_by is None
+        and options.split_ratio is None
+        and not options.polylithic
+        and options.parts is None
+        and options.on_error == "stop"
+    )
+    if not plain or len(sources) != 1 or type(sources[0]) is not JsonlSource:
+        return False
+    if worker_count(options.num_workers, 2) < 2:
+        return False  # one core: not worth the planning pass
+    source = sources[0]
+    plans = plan_shards(source.path, options.limits)
+    if plans is None or len(plans) < 2:
+        return False
+    workers = worker_count(options.num_workers, len(plans))
+    build = run.primary
+    slots = [build.reserve_shard("train") for _ in plans]
+    jobs = [
+        (
+            ShardJob(
+                source.path,
+                source.name,
+                plan,
+                slot.shard,
+                slot.path,
+                slot.tar_index_path,
+                slot.rows_path,
+                build.headers,
+            ),
+        )
+        for plan, slot in zip(plans, slots, strict=True)
+    ]
+    for slot, done in zip(
+        slots, ordered_map(write_planned_shard, jobs, workers, what="writing shards"), strict=True
+    ):
+        if done.reject is not None:
+            run.reject(done.reject.where, done.reject.reason, done.reject.input)  # stops the run
+        build.adopt(slot, done.count, done.nbytes)
+        run.samples += done.count
+        run.bytes += done.nbytes - len(END_OF_ARCHIVE)
+        run.report()
+    return True
+
+
+def _show(record: Record) -> str:
+    """The record as text for the rejects file."""
+    if record.raw is not None:
+        return record.raw.decode("utf-8", "replace")
+    try:
+        return json.dumps(
+            record.fields, ensure_ascii=False, default=lambda value: f"<{type(value).__name__}>"
+        )[:10_000]
+    except (TypeError, ValueError):
+        return repr(record.fields)[:10_000]
+
+
+def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise PrepError(
+            f"{out_dir} is not empty. Give a new or empty folder, or pass --overwrite to replace its contents"
+            " (the old contents stay until the new dataset is complete)."
+        )
+
+
+def _clear_old_contents(out_dir: Path, keep: set[Path]) -> None:
+    """Remove what was in `out_dir` before this run, all but this run's staged files (`keep`); old
+    indexes first, so nothing old looks complete while the rest goes."""
+    for meta in sorted(out_dir.rglob(META_DIR), key=lambda path: len(path.parts)):
+        if meta.is_dir() and meta not in keep:
+            shutil.rmtree(meta, ignore_errors=True)
+    folders = []
+    for folder, dirs, files in os.walk(out_dir):
+        dirs[:] = [name for name in dirs if Path(folder, name) not in keep]  # staged folders stay whole
+        folders.append(folder)
+        for name in files:
+            if Path(folder, name) not in keep:
+                os.unlink(os.path.join(folder, name))
+    for folder in reversed(folders[1:]):
+        if os.path.islink(folder):
+            os.unlink(folder)
+        elif not os.listdir(folder):
+            os.rmdir(folder)

@@ -1,0 +1,58 @@
+"""CSV (and TSV by suffix): a header row names the fields; every row must have exactly that many."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+from prep.errors import PrepError
+from prep.write.sources import FileSource, Record, Reject
+
+
+class CsvSource(FileSource):
+    """Records from a CSV file, values as strings; a row with the wrong field count is a Reject."""
+
+    default_parts = "json-row"
+
+    def __init__(self, path: Path, delimiter: str | None = None) -> None:
+        super().__init__(path)
+        self.delimiter = delimiter or ("\t" if path.suffix.lower() == ".tsv" else ",")
+
+    def records(self) -> Iterator[Record | Reject]:
+        name, base = self.name, self.path.parent
+        try:
+            with open(self.path, newline="", encoding="utf-8") as file:
+                reader = csv.reader(file, delimiter=self.delimiter)
+                header = next(reader, None)
+                if header is None:
+                    return
+                width = len(header)
+                first_line = reader.line_num + 1
+                while True:
+                    try:
+                        row = next(reader)
+                    except StopIteration:
+                        return
+                    except csv.Error as error:
+                        yield Reject(f"{name}:{first_line}", f"unreadable CSV ({error})")
+                        first_line = reader.line_num + 1
+                        continue
+                    where = f"{name}:{first_line}"
+                    first_line = reader.line_num + 1
+                    if not row:
+                        continue
+                    if len(row) != width:
+                        yield Reject(
+                            where, f"the row has {len(row)} fields, the header has {width}", self._text(row)
+                        )
+                        continue
+                    yield Record(dict(zip(header, row, strict=True)), where, base=base)
+        except UnicodeDecodeError as error:
+            raise PrepError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start}).") from None
+
+    def _text(self, row: list[str]) -> str:
+        out = io.StringIO()
+        csv.writer(out, delimiter=self.delimiter, lineterminator="").writerow(row)
+        return out.getvalue()

@@ -1,0 +1,47 @@
+"""A folder of files grouped into samples by stem, energon's key rule: `0001.jpg` + `0001.txt` -> sample `0001`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from prep.index.group import key_and_part
+from prep.write.sources import FileSource, Record, Reject
+
+
+class FolderSource(FileSource):
+    """One record per key (relative folder + file name up to its first dot), parts named by the rest.
+
+    Hidden files and folders are left out; samples come in sorted key order, parts in sorted order.
+    """
+
+    default_parts = "by-name"
+
+    def grouped(self) -> dict[str, dict[str, str]]:
+        """key -> {part: relative path}, keys sorted."""
+        samples: dict[str, dict[str, str]] = {}
+        for folder, dirs, files in os.walk(self.path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            relative = os.path.relpath(folder, self.path)
+            prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+            for file in files:
+                if file.startswith("."):
+                    continue
+                member = key_and_part(prefix + file)
+                if member is None:
+                    continue
+                key, part = member
+                samples.setdefault(key, {})[part] = prefix + file
+        return {key: dict(sorted(samples[key].items())) for key in sorted(samples)}
+
+    def records(self) -> Iterator[Record | Reject]:
+        for key, parts in self.grouped().items():
+            where = f"{self.path / key}.*"
+            fields = {}
+            try:
+                for part, relative in parts.items():
+                    fields[part] = (self.path / relative).read_bytes()
+            except OSError as error:
+                yield Reject(where, f"unreadable file {error.filename} ({error.strerror})")
+                continue
+            yield Record(fields, where, key=key, base=self.path)

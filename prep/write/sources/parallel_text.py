@@ -1,0 +1,80 @@
+"""Parallel text: a source file and a target file, line-aligned, and optionally a pharaoh alignment file.
+
+Each line number is one sample with parts `src.txt`, `tgt.txt` and `align.txt`. An alignment line is
+space-separated `i-j` pairs of 0-based source and target token positions (whitespace tokens), each within
+its sentence.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+from prep.errors import PrepError
+from prep.write.sources import Record, Reject, Source
+
+
+def alignment_problem(alignment: str, source: str, target: str) -> str | None:
+    """Why a pharaoh alignment line does not fit its sentence pair, or None if it does.
+
+    >>> alignment_problem("0-0 1-2", "a b", "x y z") is None, alignment_problem("2-0", "a b", "x")
+    (True, 'source position 2 is past the 2 source tokens')
+    """
+    source_length, target_length = len(source.split()), len(target.split())
+    for pair in alignment.split():
+        left, dash, right = pair.partition("-")
+        if not dash or not left.isdigit() or not right.isdigit():
+            return f"{pair!r} is not a pharaoh pair i-j"
+        if int(left) >= source_length:
+            return f"source position {left} is past the {source_length} source tokens"
+        if int(right) >= target_length:
+            return f"target position {right} is past the {target_length} target tokens"
+    return None
+
+
+class ParallelTextSource:
+    """Records from line-aligned source/target(/alignment) files; unequal line counts are a Reject."""
+
+    def __init__(self, source: Path, target: Path, alignment: Path | None = None) -> None:
+        self.paths = [path for path in (source, target, alignment) if path is not None]
+        self.name = str(source)
+        fields = ("src", "tgt", "align")[: len(self.paths)]
+        self.fields = fields
+        self.default_parts = [(field, f"{field}.txt") for field in fields]
+
+    @classmethod
+    def open(cls, paths: list[Path], columns: list[str] | None = None) -> list[Source]:
+        """One source of all the paths: SOURCE TARGET [ALIGNMENT], line-aligned."""
+        if len(paths) not in (2, 3):
+            raise PrepError(
+                "--format parallel takes a source file, a target file and optionally a pharaoh alignment"
+                f" file, line-aligned; got {len(paths)} paths."
+            )
+        return [cls(*paths)]
+
+    def records(self) -> Iterator[Record | Reject]:
+        files = [open(path, encoding="utf-8", newline="\n") for path in self.paths]  # noqa: SIM115
+        try:
+            for number, lines in enumerate(itertools.zip_longest(*files), 1):
+                where = f"{self.name}:{number}"
+                if any(line is None for line in lines):
+                    ended = [str(path) for path, line in zip(self.paths, lines, strict=True) if line is None]
+                    yield Reject(
+                        where,
+                        f"{', '.join(ended)} ended before line {number}: the files are not line-aligned",
+                    )
+                    return
+                texts = [line.rstrip("\r\n") for line in lines]
+                fields = dict(zip(self.fields, texts, strict=True))
+                if "align" in fields:
+                    problem = alignment_problem(fields["align"], fields["src"], fields["tgt"])
+                    if problem:
+                        yield Reject(f"{self.paths[2]}:{number}", f"alignment {problem}", fields["align"])
+                        continue
+                yield Record(fields, where)
+        except UnicodeDecodeError as error:
+            raise PrepError(f"{self.name}: not UTF-8 text ({error.reason}).") from None
+        finally:
+            for file in files:
+                file.close()

@@ -1,0 +1,80 @@
+"""Parquet, streamed one row group at a time with pyarrow; columns of types JSON cannot carry are refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from prep.errors import PrepError
+from prep.write.sources import Record, Reject, Source
+
+
+def unsupported_type(data_type: object) -> str | None:
+    """None if values of this arrow type become plain Python values (numbers, text, bytes, lists, dicts);
+    else the type's name."""
+    import pyarrow as pa
+
+    types = pa.types
+    if (
+        types.is_null(data_type)
+        or types.is_boolean(data_type)
+        or types.is_integer(data_type)
+        or types.is_floating(data_type)
+        or types.is_string(data_type)
+        or types.is_large_string(data_type)
+        or types.is_binary(data_type)
+        or types.is_large_binary(data_type)
+        or types.is_fixed_size_binary(data_type)
+    ):
+        return None
+    if types.is_list(data_type) or types.is_large_list(data_type) or types.is_fixed_size_list(data_type):
+        return unsupported_type(data_type.value_type)
+    if types.is_struct(data_type):
+        for index in range(data_type.num_fields):
+            if unsupported_type(data_type.field(index).type) is not None:
+                return str(data_type)
+        return None
+    return str(data_type)
+
+
+class ParquetSource:
+    """Records from a Parquet file; `columns` limits what is read (None: all)."""
+
+    default_parts = "json-row"
+
+    def __init__(self, path: Path, columns: list[str] | None = None) -> None:
+        self.path = path
+        self.name = str(path)
+        self.columns = columns
+
+    @classmethod
+    def open(cls, paths: list[Path], columns: list[str] | None = None) -> list[Source]:
+        return [cls(path, columns) for path in paths]
+
+    def records(self) -> Iterator[Record | Reject]:
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise PrepError("Reading Parquet needs pyarrow: pip install pyarrow.") from None
+        try:
+            parquet = pq.ParquetFile(self.path)
+        except Exception as error:  # pyarrow raises its own error types for unreadable files
+            raise PrepError(f"{self.name}: not a readable Parquet file ({error}).") from None
+        schema = parquet.schema_arrow
+        columns = [name for name in (self.columns or schema.names) if name in schema.names]
+        bad = {name: kind for name in columns if (kind := unsupported_type(schema.field(name).type))}
+        base = self.path.parent
+        row = 0
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group, columns=columns)
+            if bad:
+                reason = "; ".join(
+                    f"column {name!r} has type {kind}, which has no JSON form" for name, kind in bad.items()
+                )
+                for _ in range(table.num_rows):
+                    row += 1
+                    yield Reject(f"{self.name}:row {row}", f"{reason} (cast it, or leave it out with --part)")
+                continue
+            for fields in table.to_pylist():
+                row += 1
+                yield Record(fields, f"{self.name}:row {row}", base=base)

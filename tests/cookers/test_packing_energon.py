@@ -1,0 +1,164 @@
+"""The packing task encoder inside energon's real loader, on a real prepared dataset of text shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+from megatron.energon import WorkerConfig, get_loader, get_savable_loader, get_train_dataset
+
+from cookers.energon_packing import PackingTaskEncoder
+from cookers.packed_layout import IGNORE_INDEX
+from cookers.tokenizer import load_tokenizer
+from tests.support.prepare import run_shardprep
+from tools.text_corpus import documents, prompt_completion_records
+from tools.train_tokenizer import train_tokenizer
+
+SEQ_LENGTH = 128
+# energon's loaders always ask for pinned memory; on a CPU-only machine torch warns that it cannot pin.
+pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
+
+
+def write_shards(folder: Path, records: list[dict], per_shard: int) -> list[str]:
+    folder.mkdir(parents=True)
+    keys = []
+    for shard, lo in enumerate(range(0, len(records), per_shard)):
+        with wds.TarWriter(str(folder / f"part-{shard:03d}.tar")) as writer:
+            for index in range(lo, min(lo + per_shard, len(records))):
+                key = f"doc{index:05d}"
+                writer.write({"__key__": key, "json": json.dumps(records[index]).encode()})
+                keys.append(key)
+    return keys
+
+
+def prepare(folder: Path) -> None:
+    run_shardprep(
+        "prepare",
+        str(folder),
+        "--non-interactive",
+        "--split-ratio",
+        "1,0,0",
+        "--crude",
+        "--no-progress",
+        check=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    train_tokenizer(documents(400, seed=1), vocab_size=600).save(str(path))
+    return load_tokenizer(path, add_bos=True, add_eos=True)
+
+
+@pytest.fixture(scope="module")
+def text_dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("text") / "shards"
+    # Some documents are longer than SEQ_LENGTH tokens, so `split` has work to do.
+    records = [{"text": text} for text in documents(120, seed=2, median_words=25, sigma=1.0)]
+    keys = write_shards(folder, records, per_shard=40)
+    prepare(folder)
+    return folder, keys, records
+
+
+def load(folder, encoder, buffer, batch_size=2, workers=0):
+    config = WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    return get_train_dataset(
+        folder,
+        worker_config=config,
+        batch_size=batch_size,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        packing_buffer_size=buffer,
+        task_encoder=encoder,
+        repeat=False,
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["bfd", "ffd", "next_fit", "concat"])
+def test_every_document_of_the_dataset_is_packed_exactly_once(tokenizer, text_dataset, algorithm):
+    folder, keys, records = text_dataset
+    encoder = PackingTaskEncoder(tokenizer, SEQ_LENGTH, algorithm=algorithm, overlong="split")
+    packed_keys, packed_tokens = [], 0
+    for batch in get_loader(load(folder, encoder, buffer=32)):
+        assert batch.input_ids.shape == batch.labels.shape == batch.position_ids.shape
+        assert (
+            batch.cu_seq_lens_q.dtype == torch_int32()
+            and int(batch.cu_seq_lens_q[-1]) == batch.input_ids.shape[1]
+        )
+        lengths = batch.cu_seq_lens_q.diff()
+        assert int(lengths.max()) == batch.max_length_q <= SEQ_LENGTH
+        assert (batch.position_ids[0, batch.cu_seq_lens_q[:-1].long()] == 0).all()
+        for pack in batch.document_keys:
+            packed_keys.extend(pack)
+        packed_tokens += batch.num_tokens
+        assert batch.num_tokens <= batch.num_packs * SEQ_LENGTH
+    expected_tokens = sum(len(t) for t in tokenizer.encode_batch([r["text"] for r in records]))
+    assert packed_tokens == expected_tokens
+    documents_seen = sorted({key.split("#")[0] for key in packed_keys})
+    assert documents_seen == sorted(keys)
+    if algorithm != "concat":
+        assert len(packed_keys) == len(set(packed_keys)), "a document or piece was packed twice"
+        assert any("#" in key for key in packed_keys), "the data set should have over-long documents"
+
+
+def torch_int32():
+    import torch
+
+    return torch.int32
+
+
+def test_prompt_tokens_are_masked_in_packed_sft_batches(tokenizer, tmp_path):
+    folder = tmp_path / "sft"
+    records = list(prompt_completion_records(30, seed=4))
+    write_shards(folder, records, per_shard=30)
+    prepare(folder)
+    encoder = PackingTaskEncoder(tokenizer, 512, algorithm="bfd", labels="shifted", overlong="truncate")
+    supervised = 0
+    for batch in get_loader(load(folder, encoder, buffer=30, batch_size=1)):
+        supervised += int((batch.labels != IGNORE_INDEX).sum())
+    expected = 0
+    for record in records:
+        ids, mask = tokenizer.encode_prompt_completion(record["prompt"], record["completion"])
+        expected += int(mask[:512][1:].sum())  # shifted: every supervised token but the first is a target
+    assert supervised == expected
+
+
+def test_restored_loader_state_gives_the_same_next_batches(tokenizer, text_dataset):
+    folder, _, _ = text_dataset
+    encoder = PackingTaskEncoder(
+        tokenizer, SEQ_LENGTH, algorithm="bfd", overlong="split", pad_to_multiple_of=16
+    )
+
+    def fresh():
+        return get_savable_loader(load(folder, encoder, buffer=20, batch_size=2, workers=1))
+
+    loader = fresh()
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    state = loader.save_state_rank()
+    expected = [next(iterator) for _ in range(4)]
+
+    restored = fresh()
+    restored.restore_state_rank(state)
+    iterator = iter(restored)
+    got = [next(iterator) for _ in range(4)]
+    assert [b.document_keys for b in got] == [b.document_keys for b in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert a.input_ids.equal(b.input_ids) and a.labels.equal(b.labels)
+        assert a.cu_seq_lens_q.equal(b.cu_seq_lens_q)
+
+
+def test_an_overlong_document_with_the_error_policy_is_named(tokenizer, text_dataset):
+    from cookers.energon_packing import TextDocument
+    from cookers.packing import OverlongDocumentError
+
+    encoder = PackingTaskEncoder(tokenizer, 8, overlong="error")
+    sample = TextDocument(__key__="shard-3/doc00042", __restore_key__=(), text="word " * 40)
+    with pytest.raises(
+        OverlongDocumentError, match=r"shard-3/doc00042 has \d+ tokens, more than the sequence length 8"
+    ):
+        list(encoder.encode_sample(sample))

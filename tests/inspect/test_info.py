@@ -1,0 +1,87 @@
+"""`shardprep info`: per-split statistics from the index, for crude and field-map datasets alike."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from prep.index.group import key_and_part
+from tests.support.datasets import PREPARERS, prepared_dataset
+from tests.support.prepare import run_shardprep
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("info-datasets")
+
+
+def split_truth(dataset: Path, split: str) -> tuple[list[str], dict[str, list[int]]]:
+    """The split's shards (from split.yaml via energon's own reader) and part sizes from tarfile."""
+    from megatron.energon.flavors.webdataset.metadata import WebdatasetMeta
+
+    names = WebdatasetMeta.from_config(dataset, split_part=split).split_part_files
+    sizes: dict[str, list[int]] = {}
+    for name in names:
+        with tarfile.open(dataset / name) as tar:
+            for member in tar.getmembers():
+                if member.isfile():
+                    sizes.setdefault(key_and_part(member.name)[1], []).append(member.size)
+    return names, sizes
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+@pytest.mark.parametrize("field_map", [False, True])
+def test_json_statistics_match_the_tars(base, preparer, field_map):
+    if preparer == "shardprep" and field_map:
+        pytest.skip("covered with energon; the index is the same")
+    dataset = prepared_dataset(base, preparer, field_map=field_map)
+    stats = json.loads(run_shardprep("info", str(dataset), "--json", check=True).stdout)
+    assert stats["kind"] == ("field_map" if field_map else "crude")
+    assert stats["samples"] == 28 and stats["shards"] == 5
+    train = next(split for split in stats["splits"] if split["split"] == "train")
+    names, sizes = split_truth(dataset, "train")
+    assert train["shards"] == len(names)
+    assert train["bytes"] == sum((dataset / name).stat().st_size for name in names)
+    by_part = {part["part"]: part for part in train["parts"]}
+    assert set(by_part) == set(sizes)
+    for part, values in sizes.items():
+        assert by_part[part]["count"] == len(values)
+        assert by_part[part]["total_bytes"] == sum(values)
+        assert by_part[part]["max"] == max(values)
+        assert by_part[part]["p50"] == pytest.approx(float(np.percentile(values, 50)))
+    assert train["largest_samples"][0]["key"] == "s1_002"  # the sample with the big part
+
+
+def test_field_map_is_shown_from_dataset_yaml(base):
+    dataset = prepared_dataset(base, "energon", field_map=True)
+    field_map = yaml.safe_load((dataset / ".nv-meta" / "dataset.yaml").read_text())["field_map"]
+    text = run_shardprep("info", str(dataset), check=True).stdout
+    assert "CaptioningSample (field map)" in text
+    for field, part in field_map.items():
+        assert f"{field} <- {part}" in text
+
+
+def test_text_report_lists_every_split_and_the_largest_samples(base):
+    dataset = prepared_dataset(base, "energon")
+    text = run_shardprep("info", str(dataset), check=True).stdout
+    splits = yaml.safe_load((dataset / ".nv-meta" / "split.yaml").read_text())["split_parts"]
+    for split in splits:
+        assert f"split {split}:" in text
+    assert "largest samples:" in text and "s1_002  (shard-001.tar)" in text
+
+
+def test_plot_writes_a_png(base, tmp_path):
+    pytest.importorskip("matplotlib")
+    output = tmp_path / "sizes.png"
+    run_shardprep("info", str(prepared_dataset(base, "shardprep")), "--plot", str(output), check=True)
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_dataset_gets_one_clear_error(tmp_path):
+    result = run_shardprep("info", str(tmp_path / "nowhere"))
+    assert result.returncode == 1 and "is not a folder" in result.stderr and "Traceback" not in result.stderr

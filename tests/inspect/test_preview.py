@@ -1,0 +1,62 @@
+"""`shardprep preview`: the first samples of a split, or one sample by key, decoded or raw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.datasets import LONG_KEY, PREPARERS, prepared_dataset, tar_members
+from tests.support.prepare import run_shardprep
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("preview-datasets")
+
+
+def first_train_shard(dataset: Path) -> str:
+    from prep.index.dataset import PreparedDataset
+
+    with PreparedDataset(dataset) as prepared:
+        return prepared.split_shards("train")[0]
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_first_samples_of_train_are_decoded(base, preparer):
+    dataset = prepared_dataset(base, preparer)
+    shard = first_train_shard(dataset)
+    members = tar_members(dataset)[shard]
+    text = run_shardprep("preview", str(dataset), "-n", "2", check=True).stdout
+    keys = sorted({name.split(".")[0] for name in members})[:2]
+    assert [line.split()[1] for line in text.splitlines() if line.startswith("== ")] == keys
+    record = json.loads(members[f"{keys[0]}.json"])
+    assert json.dumps(record, indent=2, ensure_ascii=False).splitlines()[1].strip() in text
+    assert members[f"{keys[0]}.txt"].decode().strip() in text
+    assert "image PNG 9x" in text and "mode RGB" in text
+    assert "array shape (" in text and "dtype float32" in text
+
+
+def test_key_option_shows_that_sample_even_with_a_long_name(base):
+    dataset = prepared_dataset(base, "energon")
+    text = run_shardprep(
+        "preview", str(dataset), "--key", LONG_KEY, "--key", "folder.d/inner", check=True
+    ).stdout
+    assert f"== {LONG_KEY}  (shard-004.tar" in text and "a long name" in text
+    assert "== folder.d/inner" in text and "-- seg.0.json" in text
+
+
+def test_raw_shows_bytes_not_decoded_content(base):
+    dataset = prepared_dataset(base, "shardprep")
+    text = run_shardprep("preview", str(dataset), "--key", "s0_001", "--raw", check=True).stdout
+    assert "-- txt (9 bytes): b'sample 1\\n'" in text
+    assert "b'\\x89PNG" in text
+
+
+def test_unknown_key_and_unknown_split_are_clear_errors(base):
+    dataset = prepared_dataset(base, "energon")
+    result = run_shardprep("preview", str(dataset), "--key", "no-such-key")
+    assert result.returncode == 1 and "no sample with key 'no-such-key'" in result.stderr
+    result = run_shardprep("preview", str(dataset), "--split", "holdout")
+    assert result.returncode == 1 and "no split 'holdout'" in result.stderr

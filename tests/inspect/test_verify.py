@@ -1,0 +1,261 @@
+"""`shardprep verify`: healthy datasets pass; damage after prepare is found, named and given a fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tarfile
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from prep.index import sqlite as index_sqlite
+from prep.index.columns import TextColumn
+from prep.index.sqlite import IndexReader
+from prep.inspect.verify import member_name_fields, verify_dataset
+from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
+from tests.support.prepare import run_shardprep
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("verify-datasets")
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+@pytest.mark.parametrize("deep", [False, True])
+def test_freshly_prepared_dataset_is_healthy(base, preparer, deep):
+    report = verify_dataset(prepared_dataset(base, preparer), deep=deep)
+    assert report.healthy, report.problems
+    assert report.shards == 5 and report.samples == 28
+
+
+def test_field_map_dataset_is_healthy(base):
+    report = verify_dataset(prepared_dataset(base, "energon", field_map=True), deep=True)
+    assert report.healthy, report.problems
+
+
+def test_cli_exits_zero_and_says_healthy(base):
+    result = run_shardprep("verify", str(prepared_dataset(base, "shardprep")))
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy")
+
+
+def damaged(base: Path, tmp_path: Path, preparer: str) -> Path:
+    return writable_copy(prepared_dataset(base, preparer), tmp_path / "damaged")
+
+
+def problems_of(dataset: Path, deep: bool = False) -> list:
+    report = verify_dataset(dataset, deep=deep)
+    assert not report.healthy
+    assert all(problem.fix for problem in report.problems)
+    return report.problems
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_truncated_shard_is_reported_with_restore_advice(base, tmp_path, preparer):
+    dataset = damaged(base, tmp_path, preparer)
+    shard = dataset / "shard-002.tar"
+    os.truncate(shard, shard.stat().st_size - 3000)
+    problems = problems_of(dataset)
+    assert problems[0].where == "shard-002.tar"
+    assert "truncated" in problems[0].what and "restore" in problems[0].fix
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_shard_with_data_appended_after_prepare_is_reported(base, tmp_path, preparer):
+    dataset = damaged(base, tmp_path, preparer)
+    with open(dataset / "shard-000.tar", "ab") as shard:
+        shard.write((dataset / "shard-003.tar").read_bytes())
+    problems = problems_of(dataset)
+    assert [p.where for p in problems] == ["shard-000.tar"]
+    assert "appended" in problems[0].what and "prepare" in problems[0].fix
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_flipped_byte_in_a_member_header_is_reported(base, tmp_path, preparer):
+    dataset = damaged(base, tmp_path, preparer)
+    shard = dataset / "shard-001.tar"
+    data = bytearray(shard.read_bytes())
+    header = data.index(b"s1_003.png")  # the name field of that member's ustar header
+    data[header + 3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    problems = problems_of(dataset)
+    assert problems[0].where == "shard-001.tar"
+    assert "s1_003" in problems[0].what
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_missing_shard_is_reported_for_the_index_and_the_split(base, tmp_path, preparer):
+    dataset = damaged(base, tmp_path, preparer)
+    (dataset / "shard-001.tar").unlink()
+    problems = problems_of(dataset)
+    assert [p.where for p in problems] == ["shard-001.tar"]
+    assert "missing" in problems[0].what
+
+
+def test_split_naming_a_shard_that_is_not_indexed_is_reported(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    split_yaml.write_text(
+        split_yaml.read_text().replace("split_parts:", "split_parts:\n  extra:\n  - gone-{0..1}.tar", 1)
+    )
+    problems = problems_of(dataset)
+    assert {p.what.split(",")[0] for p in problems} == {
+        "split 'extra' names shard 'gone-0.tar'",
+        "split 'extra' names shard 'gone-1.tar'",
+    }
+
+
+def test_tar_index_disagreeing_with_sqlite_is_reported(base, tmp_path):
+    dataset = damaged(base, tmp_path, "energon")
+    index = dataset / "shard-000.tar.idx"
+    data = bytearray(index.read_bytes())
+    data[8] ^= 0x02  # the second sample's start offset moves by 512 bytes
+    index.write_bytes(bytes(data))
+    problems = problems_of(dataset)
+    assert problems[0].where == "shard-000.tar" and "disagree" in problems[0].what
+
+
+def test_deep_check_reports_undecodable_content(base, tmp_path):
+    dataset = damaged(base, tmp_path, "energon")
+    shard = dataset / "shard-003.tar"
+    data = bytearray(shard.read_bytes())
+    content = data.index(b'{"shard": 3, "index": 4')
+    data[content] = ord("X")
+    shard.write_bytes(bytes(data))
+    assert verify_dataset(dataset).healthy  # headers and index still agree
+    problems = problems_of(dataset, deep=True)
+    assert "s3_004.json" in problems[0].what and "cannot be decoded" in problems[0].what
+
+
+def test_cli_exits_non_zero_and_prints_each_problem_with_its_fix(base, tmp_path):
+    dataset = damaged(base, tmp_path, "energon")
+    os.truncate(dataset / "shard-000.tar", 10000)
+    (dataset / "shard-003.tar").unlink()
+    result = run_shardprep("verify", str(dataset))
+    assert result.returncode == 1
+    assert result.stdout.count("PROBLEM") == 2 and result.stdout.count("fix:") == 2
+    as_json = json.loads(run_shardprep("verify", str(dataset), "--json").stdout)
+    assert as_json["healthy"] is False and len(as_json["problems"]) == 2
+
+
+def test_folder_that_is_not_a_prepared_dataset_gets_one_clear_error(tmp_path):
+    result = run_shardprep("verify", str(tmp_path))
+    assert result.returncode == 1
+    assert "not a prepared dataset" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_member_name_fields_hold_what_tarfile_writes_in_each_header_name_field():
+    keys = ["a", "s0_001", "folder/inner", "ü" * 20, "k" * 98, "k" * 99, "k" * 100, "k" * 130]
+    parts = ["json", "txt", "seg.0.json", "png", "x", "y", "z", "npy"]
+    fields = member_name_fields(
+        TextColumn.from_joined("\0".join(keys), len(keys)),
+        TextColumn.from_joined("\0".join(parts), len(parts)),
+    )
+    for row, (key, part) in enumerate(zip(keys, parts, strict=True)):
+        blocks = tarfile.TarInfo(f"{key}.{part}").tobuf(format=tarfile.GNU_FORMAT)
+        member_header = blocks[-tarfile.BLOCKSIZE :]  # after any long-name header
+        assert fields[row].tobytes() == member_header[:100], (key, part)
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_bulk_column_read_returns_every_sqlite_row_in_any_chunk_size(base, preparer, monkeypatch):
+    database = prepared_dataset(base, preparer) / ".nv-meta" / "index.sqlite"
+    with closing(sqlite3.connect(database)) as db:
+        rows = db.execute(
+            "SELECT tar_file_id, sample_index, content_byte_offset, part_name FROM sample_parts ORDER BY rowid"
+        ).fetchall()
+    reader = IndexReader(database)
+    for chunk_rows in (1, 7, len(rows), len(rows) + 1):
+        monkeypatch.setattr(index_sqlite, "COLUMN_CHUNK_ROWS", chunk_rows)
+        columns, names = reader.columns(
+            "sample_parts",
+            {"tar": "tar_file_id", "index": "sample_index", "offset": "content_byte_offset"},
+            "part_name",
+        )
+        read = list(zip(*(columns[name].tolist() for name in ("tar", "index", "offset")), names, strict=True))
+        assert read == rows
+    reader.close()
+
+
+def test_index_with_rows_stored_out_of_order_is_healthy_and_still_checked(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        for table in ("samples", "sample_parts"):
+            rows = db.execute(f"SELECT * FROM {table}").fetchall()
+            db.execute(f"DELETE FROM {table}")
+            marks = ", ".join("?" * len(rows[0]))
+            db.executemany(f"INSERT INTO {table} VALUES ({marks})", reversed(rows))
+        db.commit()
+    report = verify_dataset(dataset, deep=True)
+    assert report.healthy, report.problems
+    assert report.samples == 28
+    shard = dataset / "shard-001.tar"
+    data = bytearray(shard.read_bytes())
+    data[data.index(b"s1_003.png") + 3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert "s1_003" in problems_of(dataset)[0].what
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_part_renamed_in_sqlite_but_not_in_the_shard_is_reported(base, tmp_path, preparer):
+    dataset = damaged(base, tmp_path, preparer)
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        db.execute(
+            "UPDATE sample_parts SET part_name = 'jpg' WHERE part_name = 'png' AND sample_index = 4"
+            " AND tar_file_id = (SELECT tar_file_id FROM samples WHERE sample_key = 's2_004')"
+        )
+        db.commit()
+    problems = problems_of(dataset)
+    assert problems[0].where == "shard-002.tar"
+    assert "s2_004.jpg" in problems[0].what and "does not hold the members" in problems[0].what
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_samples_rechecked_member_by_member_keep_what_energon_keeps(tmp_path, preparer):
+    """Samples whose member names need the ustar prefix field fail the bulk header check and are re-walked
+    one by one. That walk must decide what energon indexes by energon's own key rule: `__data/.../k.txt`
+    is a part (key `__data/.../k`), a `README` between two parts of a sample is skipped. Judged by a
+    leading `__` instead, a healthy dataset was reported damaged."""
+    import tarfile
+
+    from tests.support.prepare import run_energon_prepare
+    from tests.support.shards import write_tarfile
+
+    folder = "d" * 90  # with the rest of the name, past ustar's 100-byte name field: the prefix is used
+    members = [
+        (f"__data/{folder}/k.txt", b"k"),
+        (f"__data/{folder}/k.json", b'{"k": 1}'),
+        (f"{folder}/s.txt", b"s"),
+        (f"{folder}/README", b"not a part of any sample"),
+        (f"{folder}/s.json", b'{"s": 1}'),
+        ("plain.txt", b"plain"),
+    ]
+    dataset = tmp_path / preparer
+    write_tarfile(dataset / "shard-000.tar", members, tarfile.USTAR_FORMAT)
+    flags = ["--non-interactive", "--split-ratio", "1,0,0", "--no-progress"]
+    if preparer == "energon":
+        run_energon_prepare(str(dataset), *flags, "--sample-type", "CrudeWebdataset")
+    else:
+        run_shardprep("prepare", str(dataset), *flags, "--crude", check=True)
+    for deep in (False, True):
+        report = verify_dataset(dataset, deep=deep)
+        assert report.healthy, report.problems
+        assert (report.samples, report.parts) == (3, 5)
+    # the re-walk still tells real damage in such a sample: a member renamed in the shard
+    shard = dataset / "shard-000.tar"
+    data = bytearray(shard.read_bytes())
+    at = data.index(b"k.json")
+    data[at : at + 6] = b"k.jsox"
+    header = at - at % 512
+    data[header + 148 : header + 156] = b"%06o\0 " % (
+        sum(data[header : header + 148]) + 256 + sum(data[header + 156 : header + 512])
+    )
+    shard.write_bytes(bytes(data))
+    problems = problems_of(dataset)
+    assert (
+        "does not hold the members its index names" in problems[0].what
+        and f"__data/{folder}/k" in problems[0].what
+    )

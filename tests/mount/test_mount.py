@@ -1,0 +1,373 @@
+"""`shardprep mount`: a real FUSE mount of datasets prepared by energon and by shardprep."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from prep.index.group import key_and_part
+from prep.mount.device import fuse_problem
+from tests.support.datasets import (
+    BIG_PART_BYTES,
+    PREPARERS,
+    expected_files,
+    prepared_dataset,
+    tar_members,
+    writable_copy,
+)
+from tests.support.prepare import REPO, run_shardprep
+
+FUSE_MISSING = fuse_problem()
+pytestmark = pytest.mark.skipif(FUSE_MISSING is not None, reason=f"FUSE unavailable: {FUSE_MISSING}")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("mount-datasets")
+
+
+class Mounted:
+    def __init__(self, dataset: Path, mountpoint: Path, *args: str) -> None:
+        self.mountpoint = mountpoint
+        result = run_shardprep("mount", str(dataset), str(mountpoint), *args, check=True)
+        match = re.search(r"mounted at (.+) \(pid (\d+)\)", result.stdout)
+        assert match, result.stdout
+        self.pid = int(match.group(2))
+
+    def __enter__(self) -> Mounted:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if os.path.ismount(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], check=False)
+
+
+def files_under(mountpoint: Path) -> dict[str, bytes]:
+    found = {}
+    for folder, _, names in os.walk(mountpoint):
+        for name in names:
+            path = Path(folder, name)
+            found[str(path.relative_to(mountpoint))] = path.read_bytes()
+    return found
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+@pytest.mark.parametrize("view", ["flat", "sample", "shard"])
+def test_every_file_read_through_the_mount_equals_the_tar_member(base, tmp_path, preparer, view):
+    dataset = prepared_dataset(base, preparer)
+    with Mounted(dataset, tmp_path / "mnt", "--view", view) as mounted:
+        assert files_under(mounted.mountpoint) == expected_files(dataset, view)
+
+
+def test_names_from_the_tar_never_escape_the_mount(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt", "--view", "sample") as mounted:
+        for folder, dirs, names in os.walk(mounted.mountpoint):
+            for name in dirs + names:
+                assert "/" not in name and name not in (".", "..")
+                real = os.path.realpath(os.path.join(folder, name))
+                assert real.startswith(str(mounted.mountpoint) + os.sep)
+        assert (mounted.mountpoint / "..%2Fescape" / "txt").read_bytes() == b"must stay inside the mount\n"
+        assert not (tmp_path / "escape").exists()
+        assert not (mounted.mountpoint / ".." / "escape").exists()
+
+
+def test_ranged_reads_of_a_big_part_return_exactly_the_requested_bytes(base, tmp_path):
+    dataset = prepared_dataset(base, "shardprep")
+    expected = tar_members(dataset)["shard-001.tar"]["s1_002.bin"]
+    assert len(expected) == BIG_PART_BYTES
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        path = mounted.mountpoint / "s1_002.bin"
+        assert path.stat().st_size == BIG_PART_BYTES
+        with open(path, "rb", buffering=0) as part:
+            for offset, size in [
+                (0, 1),
+                (1, 4095),
+                (131071, 300000),
+                (BIG_PART_BYTES - 10, 100),
+                (BIG_PART_BYTES, 5),
+            ]:
+                part.seek(offset)
+                assert part.read(size) == expected[offset : offset + size]
+        with open(path, "rb") as part:
+            assert part.read() == expected
+
+
+def test_concurrent_readers_all_get_the_right_bytes(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    expected = expected_files(dataset, "flat")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+
+        def read(name: str) -> bytes:
+            return (mounted.mountpoint / name).read_bytes()
+
+        names = sorted(expected) * 4
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(read, names))
+    assert results == [expected[name] for name in names]
+
+
+def test_split_option_shows_only_the_shards_of_that_split(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    split_yaml = (dataset / ".nv-meta" / "split.yaml").read_text()
+    with Mounted(dataset, tmp_path / "mnt", "--view", "shard", "--split", "train") as mounted:
+        shown = set(os.listdir(mounted.mountpoint))
+    assert shown and all(name in split_yaml or name.startswith("shard-00") for name in shown)
+    from prep.index.dataset import PreparedDataset
+
+    with PreparedDataset(dataset) as prepared:
+        assert shown == set(prepared.split_shards("train"))
+
+
+def test_mount_is_read_only(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        with pytest.raises(OSError):
+            open(mounted.mountpoint / "s0_000.txt", "r+b")
+        with pytest.raises(OSError):
+            (mounted.mountpoint / "new.txt").write_bytes(b"x")
+
+
+def test_umount_unmounts_and_ends_the_mount_process(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mounted = Mounted(dataset, tmp_path / "mnt")
+    assert os.path.ismount(mounted.mountpoint)
+    result = run_shardprep("umount", str(mounted.mountpoint), check=True)
+    assert "unmounted" in result.stdout
+    assert not os.path.ismount(mounted.mountpoint)
+    for _ in range(100):
+        if not Path(f"/proc/{mounted.pid}").exists():
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{mounted.pid}").exists()
+    again = run_shardprep("umount", str(mounted.mountpoint))
+    assert again.returncode != 0 and "not a mount point" in again.stderr
+
+
+def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str, data: bytes):
+    """Mount in the foreground with `flag`, read `name` (it must hold `data`), press Ctrl-C.
+
+    Returns the finished process and its stdout and stderr; nothing stays mounted.
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), flag],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
+        assert (mountpoint / name).read_bytes() == data
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if os.path.ismount(mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+    return process, out, err
+
+
+def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    process, out, err = ctrl_c_after_one_read(
+        dataset, mountpoint, "--foreground", "s0_000.txt", b"sample 0\n"
+    )
+    assert process.returncode == 0, err
+    assert "unmounted" in out
+    assert not os.path.ismount(mountpoint)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="hiding /dev/fuse needs root and unshare"
+)
+def test_without_the_fuse_device_mount_fails_and_says_what_to_install(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    # A private mount namespace whose /dev holds only /dev/null: a machine (or container) without FUSE.
+    hide_fuse = 'mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && exec "$@"'
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide_fuse, "sh", "true"]
+    )
+    if probe.returncode != 0:
+        pytest.skip("this sandbox cannot make a private mount namespace")
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide_fuse, "sh"]
+        + [sys.executable, "-m", "prep", "mount", str(dataset), str(tmp_path / "mnt")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "no /dev/fuse" in result.stderr and "apt-get install fuse3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not os.path.ismount(tmp_path / "mnt")
+
+
+def test_mounting_onto_a_mount_point_in_use_is_refused(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        result = run_shardprep("mount", str(dataset), str(mounted.mountpoint))
+    assert result.returncode != 0 and "already a mount point" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def many_samples(base) -> Path:
+    """3,000 samples of two parts in three shards: every view's listing takes many kernel requests."""
+    folder = base / "many"
+    folder.mkdir()
+    for shard in range(3):
+        with tarfile.open(folder / f"part-{shard}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for index in range(1000):
+                for part, data in (("txt", f"{shard}/{index}".encode()), ("cls", str(index % 7).encode())):
+                    member = tarfile.TarInfo(f"k{shard}_{index:04d}_{'y' * (index % 40)}.{part}")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+    run_shardprep(
+        "prepare", str(folder), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True
+    )
+    return folder
+
+
+@pytest.mark.parametrize("view", ["flat", "sample", "shard"])
+def test_listings_of_thousands_of_entries_are_complete_and_in_order(many_samples, tmp_path, view):
+    expected = expected_files(many_samples, view)
+    with Mounted(many_samples, tmp_path / "mnt", "--view", view) as mounted:
+        found = files_under(mounted.mountpoint)
+        if view == "flat":
+            shown = os.listdir(mounted.mountpoint)
+            assert shown == [name for names in tar_members(many_samples).values() for name in names]
+    assert found == expected and len(found) == 6000
+
+
+def test_sample_folders_list_the_same_in_any_order(many_samples, tmp_path):
+    # Folders listed in index order are read ahead in batches, others one by one: list them backwards
+    # first (every listing reaches the mount), then scattered and in order (the kernel may have kept some).
+    expected: dict[str, list[str]] = {}
+    for relative in expected_files(many_samples, "sample"):
+        folder, part = relative.split("/")
+        expected.setdefault(folder, []).append(part)
+    folders = sorted(expected)
+    shuffled = folders[::-1] + [folders[(index * 7919) % len(folders)] for index in range(len(folders))]
+    with Mounted(many_samples, tmp_path / "mnt", "--view", "sample") as mounted:
+        for folder in shuffled + folders:
+            assert sorted(os.listdir(mounted.mountpoint / folder)) == sorted(expected[folder]), folder
+
+
+def test_files_looked_up_long_before_they_are_read_get_their_own_bytes(many_samples, tmp_path):
+    # A lookup reads a small file ahead into one of a few dozen reused slots: look up thousands of
+    # names first (no listing, so each stat is a LOOKUP), then read them all, and some twice.
+    expected = expected_files(many_samples, "flat")
+    names = sorted(expected)[:2000]
+    with Mounted(many_samples, tmp_path / "mnt") as mounted:
+        for name in names:
+            assert os.stat(mounted.mountpoint / name).st_size == len(expected[name])
+        for name in names + names[::-7]:
+            assert (mounted.mountpoint / name).read_bytes() == expected[name], name
+
+
+def test_parts_not_in_the_page_cache_are_read_from_the_disk(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    expected = expected_files(dataset, "flat")
+    for shard in dataset.glob("*.tar"):  # drop the shards' pages, so reads must wait for the disk
+        descriptor = os.open(shard, os.O_RDONLY)
+        os.fsync(descriptor)
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(descriptor)
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        assert files_under(mounted.mountpoint) == expected
+
+
+def test_file_sizes_and_folder_attributes_come_from_the_index(base, tmp_path):
+    dataset = prepared_dataset(base, "shardprep")
+    expected = expected_files(dataset, "sample")
+    with Mounted(dataset, tmp_path / "mnt", "--view", "sample") as mounted:
+        for relative, data in expected.items():
+            info = os.stat(mounted.mountpoint / relative)
+            assert stat.S_ISREG(info.st_mode) and info.st_size == len(data)
+            assert info.st_mode & 0o777 == 0o444
+        folder = os.stat(mounted.mountpoint / "s0_000")
+        assert stat.S_ISDIR(folder.st_mode) and folder.st_mode & 0o777 == 0o555
+        usage = os.statvfs(mounted.mountpoint)
+        assert usage.f_files == len(expected)
+        assert 0 <= usage.f_blocks * usage.f_frsize - sum(map(len, expected.values())) < usage.f_frsize
+
+
+def test_debug_traces_each_request_in_the_foreground(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    _, _, err = ctrl_c_after_one_read(dataset, tmp_path / "mnt", "--debug", "s0_001.txt", b"sample 1\n")
+    assert "fuse: INIT" in err and "fuse: LOOKUP" in err and "fuse: READ" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount(2) without fusermount3 needs root")
+def test_root_mounts_without_fusermount3(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": str(tmp_path / "no-tools")},  # no fusermount3 to be found
+    )
+    try:
+        assert result.returncode == 0, result.stderr
+        assert files_under(mountpoint) == expected_files(dataset, "flat")
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+
+
+def test_a_name_that_is_not_utf8_is_absent_and_the_mount_goes_on(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        with pytest.raises(FileNotFoundError):
+            os.stat(os.path.join(os.fsencode(mounted.mountpoint), b"s0_000.\xff\xfe"))
+        assert (mounted.mountpoint / "s0_000.txt").read_bytes() == b"sample 0\n"
+
+
+def test_flat_lookups_find_every_part_of_a_sample_and_nothing_outside_the_split(base, tmp_path):
+    # A flat-view lookup fetches all parts of the sample and remembers them, so most of these lookups
+    # (no listing first) are answered from what a sibling's lookup found.
+    from prep.index.dataset import PreparedDataset
+
+    dataset = prepared_dataset(base, "energon")
+    with PreparedDataset(dataset) as prepared:
+        train = set(prepared.split_shards("train"))
+    everything = expected_files(dataset, "flat")
+    inside = expected_files(dataset, "flat", train)
+    outside = sorted(set(everything) - set(inside))
+    assert inside and outside
+    keys = {key_and_part(name)[0] for name in inside if "%" not in name}
+    with Mounted(dataset, tmp_path / "mnt", "--split", "train") as mounted:
+        for name in sorted(inside, reverse=True):
+            assert (mounted.mountpoint / name).read_bytes() == inside[name], name
+        for name in outside:
+            assert not (mounted.mountpoint / name).exists(), name
+        for key in keys:
+            assert not (mounted.mountpoint / f"{key}.no-such-part").exists(), key
+
+
+@pytest.mark.parametrize("view", ["sample", "shard"])
+def test_files_opened_by_path_without_a_listing_have_their_bytes(base, tmp_path, view):
+    # Every part is found by lookups alone; a sample's parts are looked up in reverse, so all but the
+    # first come from what the first lookup in that folder found.
+    dataset = prepared_dataset(base, "shardprep")
+    expected = expected_files(dataset, view)
+    with Mounted(dataset, tmp_path / "mnt", "--view", view) as mounted:
+        for relative in sorted(expected, reverse=True):
+            assert (mounted.mountpoint / relative).read_bytes() == expected[relative], relative
+        some_folder = Path(sorted(expected)[0]).parent
+        assert not (mounted.mountpoint / some_folder / "no-such-part").exists()

@@ -1,0 +1,96 @@
+"""The mount's tree of views, walked without FUSE: every name, listing page and byte, against tarfile.
+
+The tree remembers what it read in one bounded cache with one read-ahead; these walks shrink both so
+that evictions and read-aheads happen all the time, in every order a kernel may ask in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prep.index.dataset import PreparedDataset
+from prep.mount import tree as mount_tree
+from prep.mount.tree import ROOT, MountTree, View
+from tests.support.datasets import PREPARERS, expected_files, prepared_dataset
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tree-datasets")
+
+
+@pytest.fixture
+def small_cache(monkeypatch):
+    monkeypatch.setattr(mount_tree, "CACHED_SAMPLES", 6)
+    monkeypatch.setattr(mount_tree, "SAMPLES_AHEAD", 2)
+
+
+def walk(tree: MountTree, folder: int = ROOT, prefix: str = "", page: int = 3) -> dict[str, bytes]:
+    """Every file under `folder` by listing (a few entries per page), each read in two pieces."""
+    files: dict[str, bytes] = {}
+    after = 0
+    while True:
+        listing = tree.list_dir(folder, after, page)
+        if not listing.entries:
+            return files
+        for name, node, size, cookie in listing.entries:
+            if listing.is_dir:
+                files.update(walk(tree, node, f"{prefix}{name}/", page))
+            else:
+                assert tree.node(node).size == size
+                files[f"{prefix}{name}"] = tree.read(node, 0, size // 2) + tree.read(node, size // 2, size)
+            after = cookie
+
+
+def look_up(tree: MountTree, path: str) -> bytes | None:
+    """A file's bytes found by name alone, folder by folder, as `open` finds it without a listing."""
+    node = ROOT
+    for name in path.split("/"):
+        found = tree.lookup(node, name)
+        if found is None:
+            return None
+        node = found.id
+    return tree.read(node, 0, tree.node(node).size)
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+@pytest.mark.parametrize("view", list(View))
+def test_listing_every_folder_page_by_page_finds_every_file_with_its_bytes(base, small_cache, preparer, view):
+    dataset = prepared_dataset(base, preparer)
+    tree = MountTree(PreparedDataset(dataset), view)
+    try:
+        assert walk(tree) == expected_files(dataset, view)
+    finally:
+        tree.close()
+
+
+@pytest.mark.parametrize("view", list(View))
+def test_files_found_by_name_in_any_order_have_their_bytes_and_others_are_absent(base, small_cache, view):
+    dataset = prepared_dataset(base, "shardprep")
+    expected = expected_files(dataset, view)
+    tree = MountTree(PreparedDataset(dataset), view)
+    try:
+        for order in (sorted(expected), sorted(expected, reverse=True), sorted(expected)[::3]):
+            for path in order:
+                assert look_up(tree, path) == expected[path], path
+        for path in sorted(expected)[:5]:
+            assert look_up(tree, path + "x") is None
+    finally:
+        tree.close()
+
+
+def test_a_split_shows_only_its_shards_samples(base, small_cache):
+    dataset = prepared_dataset(base, "energon")
+    with PreparedDataset(dataset) as prepared:
+        train = set(prepared.split_shards("train"))
+    inside = expected_files(dataset, "flat", train)
+    outside = set(expected_files(dataset, "flat")) - set(inside)
+    tree = MountTree(PreparedDataset(dataset), View.FLAT, "train")
+    try:
+        assert walk(tree) == inside
+        assert all(look_up(tree, path) is None for path in outside)
+        assert tree.usage() == (sum(len(data) for data in inside.values()), len(inside))
+    finally:
+        tree.close()

@@ -1,0 +1,157 @@
+"""Bad shards get one clear message naming the shard (and byte offset), a non-zero exit, and leave the
+previous index exactly as it was; tars are never modified."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.prepare import run_shardprep, snapshot
+from tests.support.shards import sample_members, write_gnu_tar, write_tarfile
+
+FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--no-progress", "--crude", "--force-overwrite"]
+
+
+@pytest.fixture
+def prepared(tmp_path: Path) -> Path:
+    """A dataset of three good shards, already prepared by shardprep."""
+    root = tmp_path / "dataset"
+    for n in range(3):
+        write_tarfile(root / f"shard-{n:03d}.tar", sample_members(f"s{n}-", 8))
+    result = run_shardprep("prepare", str(root), *FLAGS)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def fails_cleanly(root: Path, *expected: str) -> str:
+    """Run prepare again; it must fail with a message containing `expected` and change nothing on disk."""
+    before = snapshot(root)
+    result = run_shardprep("prepare", str(root), *FLAGS)
+    assert result.returncode != 0
+    message = result.stderr
+    assert "Traceback" not in message, message
+    for text in expected:
+        assert text in message, f"{text!r} not in {message!r}"
+    assert snapshot(root) == before, "a failed run changed files"
+    return message
+
+
+def test_truncated_inside_member_data_names_shard_and_offset(prepared: Path) -> None:
+    shard = prepared / "shard-001.tar"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: 512 * 7 + 100])  # inside the data of a member
+    fails_cleanly(prepared, "shard-001.tar at byte", "cut short inside the member's data")
+
+
+def test_truncated_inside_header_is_refused_not_partially_indexed(prepared: Path) -> None:
+    shard = prepared / "shard-002.tar"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: 512 * 8 + 200])  # energon's tarfile stops here silently
+    fails_cleanly(prepared, "shard-002.tar at byte 4096", "ends inside a header")
+
+
+def test_truncated_at_member_boundary_is_refused(prepared: Path) -> None:
+    shard = prepared / "shard-002.tar"
+    shard.write_bytes(shard.read_bytes()[: 512 * 8])
+    fails_cleanly(prepared, "shard-002.tar at byte 4096", "end-of-archive marker")
+
+
+def test_file_named_tar_that_is_not_a_tar(prepared: Path) -> None:
+    (prepared / "notes.tar").write_text("these are my notes, not a tar archive\n" * 40)
+    fails_cleanly(prepared, "notes.tar", "is not a tar archive")
+
+
+def test_zero_byte_file_named_tar(prepared: Path) -> None:
+    (prepared / "zero.tar").write_bytes(b"")
+    fails_cleanly(prepared, "zero.tar", "empty file")
+
+
+def test_gzip_compressed_shard_is_refused(prepared: Path) -> None:
+    plain = (prepared / "shard-000.tar").read_bytes()
+    (prepared / "packed.tgz").write_bytes(gzip.compress(plain))
+    fails_cleanly(prepared, "packed.tgz", "gzip-compressed", "Decompress")
+
+
+def test_duplicate_key_across_shards_names_both(prepared: Path) -> None:
+    write_tarfile(prepared / "shard-003.tar", sample_members("s1-", 2))
+    fails_cleanly(prepared, "'s1-00000'", "shard-001.tar at byte 0", "shard-003.tar at byte 0", "unique")
+
+
+def test_non_contiguous_key_within_shard(prepared: Path) -> None:
+    members = [("k1.json", b"1"), ("k2.json", b"2"), ("k1.txt", b"again")]
+    write_tarfile(prepared / "shard-003.tar", members)
+    fails_cleanly(prepared, "shard-003.tar at byte 2048", "'k1' appears again")
+
+
+def test_flipped_header_byte_is_reported_as_corrupt(prepared: Path) -> None:
+    shard = prepared / "shard-000.tar"
+    data = bytearray(shard.read_bytes())
+    data[512 * 4 + 3] ^= 0x20  # inside the name of a later member's header
+    shard.write_bytes(bytes(data))
+    fails_cleanly(prepared, "shard-000.tar at byte 2048", "corrupt")
+
+
+def test_every_bad_shard_is_listed_in_one_report(prepared: Path) -> None:
+    (prepared / "a-notes.tar").write_text("x" * 1000)
+    (prepared / "b-zero.tar").write_bytes(b"")
+    message = fails_cleanly(prepared, "2 problems", "a-notes.tar", "b-zero.tar")
+    assert message.count("\n  - ") == 2
+
+
+def test_folder_without_shards(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("no shards here")
+    result = run_shardprep("prepare", str(tmp_path / "empty"), *FLAGS)
+    assert result.returncode != 0
+    assert "No shards found under" in result.stderr and "*.tar" in result.stderr
+    assert not (tmp_path / "empty" / ".nv-meta").exists()
+
+
+def test_missing_folder(tmp_path: Path) -> None:
+    result = run_shardprep("prepare", str(tmp_path / "nowhere"), *FLAGS)
+    assert result.returncode != 0 and "does not exist" in result.stderr
+
+
+def test_unreadable_shard(prepared: Path) -> None:
+    (prepared / "shard-001.tar").chmod(0o200)
+    before = snapshot(prepared)
+    result = run_shardprep("prepare", str(prepared), *FLAGS, honour_permissions=True)
+    assert result.returncode != 0
+    assert "shard-001.tar" in result.stderr and "permission denied" in result.stderr, result.stderr
+    assert snapshot(prepared) == before
+
+
+def test_empty_tar_is_indexed_with_no_samples(prepared: Path) -> None:
+    write_tarfile(prepared / "shard-003.tar", [])
+    result = run_shardprep("prepare", str(prepared), *FLAGS)
+    assert result.returncode == 0, result.stderr
+    info = (prepared / ".nv-meta" / ".info.json").read_text()
+    assert '"shard-003.tar": 0' in info
+    assert "shard-003.tar holds no samples" in result.stderr
+    assert (prepared / "shard-003.tar.idx").stat().st_size == 8
+
+
+def test_gnu_tar_without_trailing_record_padding_still_indexes(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    write_gnu_tar(root / "x.tar", sample_members("x-", 3))
+    result = run_shardprep("prepare", str(root), *FLAGS)
+    assert result.returncode == 0, result.stderr
+
+
+def test_interrupted_run_leaves_no_staging_files(prepared: Path) -> None:
+    """A failed run removes its staged `.tar.idx` and `.nv-meta` copies (checked by the snapshot too)."""
+    (prepared / "zz.tar").write_text("not a tar" * 100)
+    fails_cleanly(prepared, "zz.tar")
+    leftovers = [p.name for p in prepared.rglob("*shardprep*")]
+    assert leftovers == []
+    shutil.rmtree(prepared / ".nv-meta")
+
+
+def test_member_named_like_a_compression_magic_is_still_a_tar(tmp_path: Path) -> None:
+    root = tmp_path / "magic"
+    write_tarfile(root / "a.tar", [("BZh91AY.txt", b"not bzip2"), ("BZh91AY.json", b"{}")])
+    result = run_shardprep("prepare", str(root), *FLAGS)
+    assert result.returncode == 0, result.stderr

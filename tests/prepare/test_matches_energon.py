@@ -1,0 +1,126 @@
+"""`shardprep prepare` writes what `energon prepare` 7.4.1 writes, on shards from several writers."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.prepare import assert_same_index, run_energon_prepare, run_shardprep, twin
+from tests.support.shards import (
+    sample_members,
+    tricky_members,
+    write_gnu_tar,
+    write_tarfile,
+    write_webdataset,
+)
+
+FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--no-progress"]
+
+
+def prepare_both(
+    dataset: Path, *flags: str, energon_flags: tuple[str, ...] | None = None
+) -> tuple[Path, Path]:
+    theirs = twin(dataset, dataset.name + "-energon")
+    ours = dataset
+    result = run_shardprep("prepare", str(ours), *flags)
+    assert result.returncode == 0, result.stderr
+    run_energon_prepare(str(theirs), *(energon_flags if energon_flags is not None else flags))
+    return ours, theirs
+
+
+def test_python_tarfile_formats_index_like_energon(tmp_path: Path) -> None:
+    dataset = tmp_path / "tarfile"
+    write_tarfile(
+        dataset / "pax" / "shard-000.tar", tricky_members("p/") + sample_members("pax-", 30), non_regular=True
+    )
+    write_tarfile(
+        dataset / "gnu" / "shard-000.tar",
+        tricky_members("g/") + sample_members("gnu-", 30),
+        tarfile.GNU_FORMAT,
+    )
+    ustar = [(name, data) for name, data in tricky_members("u/") if name.isascii() and len(name) < 200]
+    write_tarfile(
+        dataset / "ustar" / "shard-000.tar", ustar + sample_members("ustar-", 30), tarfile.USTAR_FORMAT
+    )
+    # A global PAX header in front of everything (tarfile writes one when given pax_headers).
+    write_tarfile(
+        dataset / "global.tar", sample_members("glob-", 12), pax_headers={"comment": "global header"}
+    )
+    ours, theirs = prepare_both(dataset, *FLAGS, "--sample-type", "CrudeWebdataset")
+    assert_same_index(ours, theirs)
+
+
+def test_webdataset_tarwriter_shards_index_like_energon(tmp_path: Path) -> None:
+    dataset = tmp_path / "wds"
+    for shard in range(5):
+        samples = [
+            {
+                "__key__": f"s{shard}/{i:06d}",
+                "json": {"shard": shard, "i": i},
+                "txt": f"caption {i}",
+                "cls": i % 3,
+            }
+            for i in range(40)
+        ]
+        samples.append({"__key__": f"s{shard}/empty", "txt": ""})
+        write_webdataset(dataset / f"shards-{shard:04d}.tar", samples)
+    ours, theirs = prepare_both(dataset, *FLAGS, "--sample-type", "CrudeWebdataset", "--shuffle-tars")
+    assert_same_index(ours, theirs)
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "pax", "ustar"])
+def test_gnu_tar_shards_index_like_energon(tmp_path: Path, fmt: str) -> None:
+    dataset = tmp_path / f"gnutar-{fmt}"
+    tricky = tricky_members("t/")
+    if fmt == "ustar":
+        tricky = [(name, data) for name, data in tricky if name.isascii() and len(name) < 200]
+    write_gnu_tar(dataset / "a" / "part-0.tar", tricky + sample_members("a-", 25), fmt)
+    write_gnu_tar(dataset / "a-b.tar", sample_members("ab-", 10), fmt)
+    write_gnu_tar(dataset / "a" / "b.tar", sample_members("b-", 10), fmt)
+    ours, theirs = prepare_both(
+        dataset, *FLAGS, "--sample-type", "TextSample", "--field-map", '{"text": "txt"}'
+    )
+    assert_same_index(ours, theirs)
+
+
+def test_split_parts_and_exclude_match_energon(tmp_path: Path) -> None:
+    dataset = tmp_path / "parts"
+    for split, count in (("train", 6), ("val", 2), ("test", 2)):
+        for n in range(count):
+            write_tarfile(dataset / split / f"{n:03d}.tar", sample_members(f"{split}{n}-", 5))
+    write_tarfile(dataset / "broken" / "skip-me.tar", sample_members("bad-", 2))
+    flags = [
+        "--non-interactive",
+        "--no-progress",
+        "--split-parts",
+        "train:train/{000..004}.tar",
+        "--split-parts",
+        "val:val/.*",
+        "--split-parts",
+        "test:(test|train/005)",
+        "--exclude",
+        "broken/",
+        "--skip-dataset-yaml",
+    ]
+    ours, theirs = prepare_both(dataset, *flags)
+    assert_same_index(ours, theirs, dataset_yaml=None)
+    assert not (ours / ".nv-meta" / "dataset.yaml").exists()
+    assert not (ours / "broken" / "skip-me.tar.idx").exists()
+
+
+def test_tar_index_only_rebuilds_indexes_like_energon(tmp_path: Path) -> None:
+    dataset = tmp_path / "reindex"
+    for n in range(3):
+        write_tarfile(dataset / f"{n:03d}.tar", sample_members(f"r{n}-", 7))
+    ours, theirs = prepare_both(dataset, *FLAGS, "--sample-type", "CrudeWebdataset")
+    for root in (ours, theirs):
+        (root / "001.tar.idx").unlink()
+        (root / ".nv-meta" / "index.sqlite").unlink()
+    old_uuid = (ours / ".nv-meta" / "index.uuid").read_text()
+    result = run_shardprep("prepare", str(ours), "--tar-index-only", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    run_energon_prepare(str(theirs), "--tar-index-only", "--no-progress")
+    assert_same_index(ours, theirs)
+    assert (ours / ".nv-meta" / "index.uuid").read_text() != old_uuid

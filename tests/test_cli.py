@@ -1,0 +1,88 @@
+"""The `shardprep` command line: fast to start, and the kit every command shares."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.support.prepare import REPO
+
+
+def test_command_line_imports_neither_torch_nor_energon() -> None:
+    code = (
+        "import sys, prep.cli, prep.prepare, prep.prepare.cli, prep.write.cli, prep.inspect.cli, prep.mount.cli;"
+        "from prep.cli import main;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert result.returncode == 0
+
+
+def test_help_lists_prepare() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0 and "prepare" in result.stdout
+
+
+def run_on_a_terminal(*args: str) -> str:
+    """`python -m prep ARGS` with its output on a pseudo-terminal, as a user at a terminal sees it."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prep", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the process has exited
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(controller)
+    assert process.wait(timeout=120) == 0, output.decode(errors="replace")
+    return output.decode(errors="replace")
+
+
+def test_prepare_and_write_show_progress_on_a_terminal_unless_told_not_to(tmp_path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"text": "row {i}"}}\n' for i in range(3000)))
+    written = run_on_a_terminal("write", str(rows), str(tmp_path / "out"), "--maxcount", "1000")
+    assert "written 3,000 samples" in written and "\r" in written
+    prepare = [
+        "prepare",
+        str(tmp_path / "out"),
+        "--non-interactive",
+        "--split-ratio",
+        "1,0,0",
+        "--force-overwrite",
+    ]
+    assert "Indexing shards  3/3" in run_on_a_terminal(*prepare)
+    quiet = run_on_a_terminal(*prepare, "--no-progress")
+    assert "Indexing shards" not in quiet and "Done: indexed 3000 samples in 3 shards" in quiet
+    piped = subprocess.run(
+        [sys.executable, "-m", "prep", *prepare],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Indexing shards" not in piped.stdout + piped.stderr  # not a terminal: no progress line

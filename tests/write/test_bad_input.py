@@ -1,0 +1,186 @@
+"""Bad input: stop with file:line and the reason (nothing half-written), or skip it into a rejects file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prep.errors import PrepError
+from prep.write import write_dataset
+from tests.support.prepare import run_shardprep, snapshot
+from tests.support.write import load_parts
+
+GOOD = '{"text": "fine"}'
+
+
+def jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write(*args: str):  # noqa: ANN201
+    return run_shardprep("write", *map(str, args), "--no-progress")
+
+
+def rejects(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_malformed_jsonl_line_stops_with_file_line_and_writes_nothing(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "rows.jsonl", [GOOD, GOOD, '{"text": "cut', GOOD])
+    result = write(source, tmp_path / "out")
+    assert result.returncode == 1
+    assert f"{source}:3: not valid JSON" in result.stderr
+    assert "--on-error skip" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_malformed_jsonl_line_is_skipped_into_the_rejects_file(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "rows.jsonl", [GOOD, "[1, 2]", GOOD, '{"text": "cut'])
+    result = write(source, tmp_path / "out", "--on-error", "skip")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"Rejected 2 inputs; they are listed with their reasons in {tmp_path / 'out' / 'rejects.jsonl'}"
+        in result.stdout
+    )
+    listed = rejects(tmp_path / "out" / "rejects.jsonl")
+    assert [(r["where"], r["input"]) for r in listed] == [
+        (f"{source}:2", "[1, 2]"),
+        (f"{source}:4", '{"text": "cut'),
+    ]
+    assert "not an object" in listed[0]["reason"] and "not valid JSON" in listed[1]["reason"]
+    assert list(load_parts(tmp_path / "out").values()) == [{"json": GOOD.encode()}] * 2
+
+
+def test_csv_row_with_wrong_field_count(tmp_path: Path) -> None:
+    source = tmp_path / "rows.csv"
+    source.write_text('a,b\n1,2\n"multi\nline",3\n4,5,6\n7,8\n')
+    stopped = write(source, tmp_path / "out")
+    assert stopped.returncode == 1
+    assert f"{source}:5: the row has 3 fields, the header has 2" in stopped.stderr
+    skipped = write(source, tmp_path / "out", "--on-error", "skip")
+    assert skipped.returncode == 0, skipped.stderr
+    assert rejects(tmp_path / "out" / "rejects.jsonl") == [
+        {"where": f"{source}:5", "reason": "the row has 3 fields, the header has 2", "input": "4,5,6"}
+    ]
+    assert len(load_parts(tmp_path / "out")) == 3
+
+
+def test_parquet_column_of_unsupported_type(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import datetime
+
+    import pyarrow.parquet as pq
+
+    when = [datetime.datetime(2024, 1, day) for day in (1, 2)]
+    pq.write_table(pa.table({"text": ["a", "b"], "when": when}), tmp_path / "rows.parquet")
+    result = write(tmp_path / "rows.parquet", tmp_path / "out")
+    assert result.returncode == 1
+    assert f"{tmp_path / 'rows.parquet'}:row 1: column 'when' has type timestamp[us]" in result.stderr
+    mapped = write(tmp_path / "rows.parquet", tmp_path / "out", "--part", "text=txt")
+    assert mapped.returncode == 0, mapped.stderr  # a column left out of the mapping is not read
+
+
+def test_missing_media_file(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"jpeg")
+    source = jsonl(tmp_path / "rows.jsonl", ['{"image": "a.jpg"}', '{"image": "gone.jpg"}'])
+    for flags in (("--part", "image=jpg"), ("--media-column", "image")):
+        result = write(source, tmp_path / "out", *flags)
+        assert result.returncode == 1
+        assert f"{source}:2: missing media file 'gone.jpg'" in result.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_duplicate_key(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "rows.jsonl", ['{"id": "a"}', '{"id": "b"}', '{"id": "a"}'])
+    result = write(source, tmp_path / "out", "--key-column", "id")
+    assert result.returncode == 1 and f"{source}:3: duplicate sample key 'a'" in result.stderr
+    skipped = write(source, tmp_path / "out", "--key-column", "id", "--on-error", "skip")
+    assert skipped.returncode == 0
+    assert sorted(load_parts(tmp_path / "out")) == ["a", "b"]
+
+
+def test_key_that_energon_would_cut_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        PrepError, match="<iterable>:1: sample key 'a.b' would not survive energon's key rule"
+    ):
+        write_dataset([{"__key__": "a.b", "txt": "x"}], tmp_path / "out")
+
+
+def test_value_that_cannot_be_encoded_for_its_extension(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "rows.jsonl", ['{"label": 3}', '{"label": "three"}', '{"label": {"n": 3}}'])
+    result = write(source, tmp_path / "out", "--part", "label=cls", "--on-error", "skip")
+    assert result.returncode == 0
+    reasons = [r["reason"] for r in rejects(tmp_path / "out" / "rejects.jsonl")]
+    assert len(reasons) == 2 and all("class label must be an integer" in reason for reason in reasons)
+    with pytest.raises(PrepError, match="would be pickled"):
+        write_dataset([{"pickle": object()}], tmp_path / "p")
+
+
+def test_non_empty_out_dir_needs_overwrite_and_a_failed_overwrite_keeps_the_old_dataset(
+    tmp_path: Path,
+) -> None:
+    good = jsonl(tmp_path / "good.jsonl", [GOOD] * 5)
+    bad = jsonl(tmp_path / "bad.jsonl", [GOOD] * 3 + ["nope"])
+    assert write(good, tmp_path / "out").returncode == 0
+    before = snapshot(tmp_path / "out")
+    refused = write(good, tmp_path / "out")
+    assert refused.returncode == 1 and "is not empty" in refused.stderr and "--overwrite" in refused.stderr
+    failed = write(bad, tmp_path / "out", "--overwrite", "--maxcount", "1")
+    assert failed.returncode == 1 and f"{bad}:4" in failed.stderr
+    assert snapshot(tmp_path / "out") == before
+    replaced = write(
+        jsonl(tmp_path / "two.jsonl", ['{"t": 2}'] * 2),
+        tmp_path / "out",
+        "--overwrite",
+        "--split-ratio",
+        "1,1,0",
+    )
+    assert replaced.returncode == 0, replaced.stderr
+    assert not (tmp_path / "out" / "shard-000000.tar").exists(), "old shards are gone"
+    info = json.loads((tmp_path / "out" / ".nv-meta" / ".info.json").read_text())
+    assert sum(info["shard_counts"].values()) == 2 and all("/" in shard for shard in info["shard_counts"])
+
+
+def test_interrupted_write_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
+    def rows():
+        for i in range(50):
+            yield {"txt": f"row {i}"}
+        raise KeyboardInterrupt
+
+    (tmp_path / "out").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(rows(), tmp_path / "out", maxcount=10)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_misaligned_parallel_text_and_bad_alignment(tmp_path: Path) -> None:
+    (tmp_path / "src").write_text("a b\nc d\ne\n")
+    (tmp_path / "tgt").write_text("x y\nz\n")
+    result = write(tmp_path / "src", tmp_path / "tgt", tmp_path / "out", "--format", "parallel")
+    assert (
+        result.returncode == 1
+        and f"{tmp_path / 'src'}:3: {tmp_path / 'tgt'} ended before line 3" in result.stderr
+    )
+    (tmp_path / "tgt").write_text("x y\nz\nw\n")
+    (tmp_path / "align").write_text("0-0 1-1\n0-0 1-3\n0-0\n")
+    skipped = write(
+        tmp_path / "src",
+        tmp_path / "tgt",
+        tmp_path / "align",
+        tmp_path / "out",
+        "--format",
+        "parallel",
+        "--on-error",
+        "skip",
+    )
+    assert skipped.returncode == 0, skipped.stderr
+    assert rejects(tmp_path / "out" / "rejects.jsonl") == [
+        {
+            "where": f"{tmp_path / 'align'}:2",
+            "reason": "alignment target position 3 is past the 1 target tokens",
+            "input": "0-0 1-3",
+        }
+    ]
