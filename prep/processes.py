@@ -59,6 +59,18 @@ def _worker_start(preload: str | None) -> None:
         importlib.import_module(preload)
 
 
+def in_child(function: Callable[..., Result], *args: object, what: str) -> Result:
+    """`function(*args)` run in a forked child process that exits afterwards: for work that loads a big
+    module (numpy) the main process should not hold when it later forks its workers, since every worker
+    would then carry it too. `what` names the work in the error if the child dies."""
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_worker_start, initargs=(None,)) as executor:
+        try:
+            return executor.submit(function, *args).result()
+        except BrokenProcessPool:
+            raise PrepError(f"A process {what} died unexpectedly (killed, or out of memory?).") from None
+
+
 def ordered_map(
     function: Callable[..., Result],
     tasks: Sequence[tuple],

@@ -63,21 +63,23 @@ class TextColumn:
         return TextColumn(self.buffer, self.starts[rows], self.lengths[rows])
 
     def codes(self) -> tuple[list[str], np.ndarray]:
-        """The distinct values in order of first appearance, and each row's position among them: for a
-        column of few distinct values (part names), without a str per row."""
+        """The distinct values in order of first appearance, and each row's position among them (for a
+        column of few distinct values, such as part names)."""
         if not len(self):
             return [], np.zeros(0, np.int64)
-        width = max(1, int(self.lengths.max()))
-        fixed = np.zeros((len(self), width), dtype=np.uint8)
-        fixed[np.arange(width) < self.lengths[:, None]] = segment_gather(
-            self.buffer, self.starts, self.lengths
+        distinct: dict[str, int] = {}
+        ends = self.starts + self.lengths
+        whole = (
+            self.starts[0] == 0 and ends[-1] == len(self.buffer) and (self.starts[1:] == ends[:-1] + 1).all()
         )
-        as_bytes = fixed.view(f"S{width}").ravel()
-        distinct, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")  # first appearance, not byte order
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        return [distinct[i].decode() for i in order.tolist()], rank[inverse.reshape(-1)]
+        if whole:  # the column as read: its buffer is its values, separated
+            values = self.buffer.tobytes().decode().split(TEXT_SEPARATOR)
+        else:  # a selection of rows (`take`)
+            values = list(self)
+        codes = np.fromiter(
+            (distinct.setdefault(value, len(distinct)) for value in values), np.int64, len(values)
+        )
+        return list(distinct), codes
 
 
 def segment_gather(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

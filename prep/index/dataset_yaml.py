@@ -18,7 +18,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from prep.errors import PrepError
 from prep.index.format import SAMPLE_LOADER_PY
@@ -28,16 +28,14 @@ CRUDE_CLASS = "CrudeWebdataset"
 CRUDE_LABEL = "Crude sample (plain dict for cooking)"
 
 
-@dataclass(frozen=True)
-class SampleField:
+class SampleField(NamedTuple):
     name: str
     type: str
     has_default: bool
     default: object
 
 
-@dataclass(frozen=True)
-class SampleType:
+class SampleType(NamedTuple):
     """An energon sample class by name, with the fields a field map or sample loader must fill."""
 
     label: str
@@ -92,12 +90,17 @@ def dataset_yaml_text(definition: dict) -> str:
     return yaml.dump(definition, sort_keys=False)
 
 
-@dataclass(frozen=True)
-class DatasetDefinition:
+class DatasetDefinition(NamedTuple):
     """The text of `dataset.yaml`, and of the `sample_loader.py` it names (None when it names none)."""
 
     yaml: str
     sample_loader: str | None = None
+
+
+def check_definition(sample_type: SampleType, field_map: dict[str, str] | None) -> None:
+    """Refuse a definition energon cannot use (before any work is done, and without writing it)."""
+    if sample_type.crude and field_map:
+        raise PrepError("--field-map needs a --sample-type other than CrudeWebdataset.")
 
 
 def define_dataset(
@@ -105,9 +108,8 @@ def define_dataset(
 ) -> DatasetDefinition:
     """How energon builds samples: crude, by `field_map`, or (with neither) by a `sample_loader.py` whose
     template lists `loader_parts` (default: a TODO) for the user to edit."""
+    check_definition(sample_type, field_map)
     if sample_type.crude:
-        if field_map:
-            raise PrepError("--field-map needs a --sample-type other than CrudeWebdataset.")
         return DatasetDefinition(dataset_yaml_text(crude_definition()))
     if field_map:
         return DatasetDefinition(dataset_yaml_text(field_map_definition(sample_type, field_map)))

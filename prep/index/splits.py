@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from prep.errors import PrepError
 from prep.index.format import RATIO_SPLITS
@@ -86,8 +86,7 @@ def split_by_patterns(shards: list[str], patterns: list[tuple[str, str]]) -> dic
     return splits
 
 
-@dataclass(frozen=True)
-class SplitSpec:
+class SplitSpec(NamedTuple):
     """How shards are assigned to splits: by ratio (whole shards, optionally shuffled) or by patterns."""
 
     ratio: list[tuple[str, float]] | None = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -163,8 +162,7 @@ class PartLocation(NamedTuple):
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class SampleRow:
+class SampleRow(NamedTuple):
     """One row of the `samples` table."""
 
     tar_file_id: int
@@ -174,20 +172,10 @@ class SampleRow:
     size: int
 
 
-class PartRow(NamedTuple):
-    """One part of a sample with what finds it again, as the sample-parts joins give it."""
-
-    sample_rowid: int
-    sample_key: str
-    part_name: str
-    part_rowid: int
-    tar_file_id: int
-    offset: int
-    size: int
-
-
-def _part_row(cursor: sqlite3.Cursor, row: tuple) -> PartRow:
-    return PartRow(*row)
+#: One part of a sample with what finds it again, as the sample-parts joins give it: (sample rowid,
+#: sample key, part name, part rowid, tar_file_id, content offset, content size). A plain tuple: the
+#: mount reads one per file it shows.
+PartRow = tuple[int, str, str, int, int, int, int]
 
 
 _SAMPLE = "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
@@ -338,9 +326,7 @@ class IndexReader:
         return self._part_rows(self._parts_between, (first_rowid, stop_rowid))
 
     def _part_rows(self, query: str, parameters: tuple) -> list[PartRow]:
-        cursor = self._db().cursor()
-        cursor.row_factory = _part_row
-        return cursor.execute(query, parameters).fetchall()
+        return self._db().execute(query, parameters).fetchall()
 
     def part_location(self, part_rowid: int) -> PartLocation | None:
         query = "SELECT tar_file_id, content_byte_offset, content_byte_size FROM sample_parts WHERE rowid = ?"

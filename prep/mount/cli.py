@@ -15,6 +15,7 @@ import click
 
 from prep.cli import dataset_argument
 from prep.errors import PrepError
+from prep.mount.tree import View
 
 READY_PREFIX = "mounted at "
 
@@ -36,8 +37,8 @@ def _check_mountpoint(mountpoint: Path) -> None:
 @click.argument("mountpoint", type=click.Path(path_type=Path))
 @click.option(
     "--view",
-    type=click.Choice(["flat", "sample", "shard"]),
-    default="flat",
+    type=click.Choice([view.value for view in View]),
+    default=View.FLAT.value,
     show_default=True,
     help="flat: /KEY.PART; sample: /KEY/PART; shard: /SHARD.tar/KEY/PART.",
 )
@@ -56,7 +57,7 @@ def mount_command(
     from prep.index.dataset import PreparedDataset
     from prep.mount.device import fuse_problem
     from prep.mount.serve import serve, serve_in_background
-    from prep.mount.tree import MountTree, View
+    from prep.mount.tree import MountTree
 
     problem = fuse_problem()
     if problem is not None:

@@ -23,12 +23,12 @@ reader of whole shards) the next SAMPLES_AHEAD samples come in the same query.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import groupby
-from operator import attrgetter
+from operator import itemgetter
 
-from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
 from prep.index.group import key_and_part
 from prep.index.sqlite import IndexReader, PartLocation, PartRow
@@ -94,7 +94,7 @@ def node_id(kind: int, number: int) -> int:
 ROOT = node_id(FOLDER, 0)  # the kernel's root, nodes.ROOT_ID
 
 
-def _page(entries: list[tuple[str, int, int]], start: int, limit: int) -> list[tuple[str, int, int, int]]:
+def _page(entries: Sequence[tuple[str, int, int]], start: int, limit: int) -> list[tuple[str, int, int, int]]:
     """Up to `limit` of a folder's `(name, node, size)` entries held in memory, after position `start`
     (-1: from the first), each with its cookie.
 
@@ -106,48 +106,66 @@ def _page(entries: list[tuple[str, int, int]], start: int, limit: int) -> list[t
             for position, (name, node, size) in enumerate(entries[first : first + limit], first)]  # fmt: skip
 
 
-@dataclass(slots=True)
-class _Sample:
-    """One sample's part files: each part name's first member, and (made when listed) all of its parts
-    as a folder shows them, in tar order."""
-
-    by_name: dict[str, Node]
-    rows: list[PartRow]
-    files: list[tuple[str, int, int]] | None = None
-
-    def listing(self) -> list[tuple[str, int, int]]:
-        if self.files is None:
-            in_tar_order = sorted(self.rows, key=attrgetter("offset"))
-            self.files = [
-                (escape_name(row.part_name), node_id(PART, row.part_rowid), row.size) for row in in_tar_order
-            ]
-        return self.files
+#: A sample's parts as a folder view keeps them: its part files by name (each name's first member; None
+#: until a lookup needs them) and its rows (`PartRow`s, by part name), for its listing. Plain tuples and
+#: dicts of plain values: the garbage collector soon stops visiting them.
+_Parts = tuple[dict[str, Node] | None, tuple[PartRow, ...]]
 
 
 @dataclass
 class _SampleCache:
-    """The samples read so far by rowid, with two ways in: the rowid of a sample looked up by key (flat
-    view lookups name a key) and where each of their parts is (reads name a part's node). Bounded: it is
-    replaced whole when full, so a read-ahead is never half forgotten."""
+    """The samples read so far, kept the way the view asks for them, and where each of their parts is
+    (reads name a part's node). The flat view opens every file by name, so it keeps each sample's files
+    by name under its key; a folder view keeps each sample under its rowid (its folder's node), with the
+    rows its listing is made of. Bounded: it is replaced whole when full, so a read-ahead is never half
+    forgotten."""
 
-    samples: dict[int, _Sample] = field(default_factory=dict)
-    rowid_of_key: dict[str, int] = field(default_factory=dict)
+    flat: bool
+    by_key: dict[str, dict[str, Node]] = field(default_factory=dict)
+    samples: dict[int, _Parts] = field(default_factory=dict)
     locations: dict[int, PartLocation] = field(default_factory=dict)
+    listings: dict[int, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
 
     def has_room(self, samples: int) -> bool:
-        return len(self.samples) + samples <= CACHED_SAMPLES
+        return len(self.by_key) + len(self.samples) + samples <= CACHED_SAMPLES
 
     def keep(self, rows: list[PartRow]) -> None:
         """Remember the samples whose parts `rows` are (whole samples, by sample then part name)."""
-        for (sample, key), sample_rows in groupby(rows, key=attrgetter("sample_rowid", "sample_key")):
-            parts = list(sample_rows)
-            by_name: dict[str, Node] = {}
-            for row in parts:
-                if row.part_name not in by_name:  # rows by name then offset: a repeated name's first member
-                    by_name[row.part_name] = Node(node_id(PART, row.part_rowid), False, row.size)
-                self.locations[row.part_rowid] = PartLocation(row.tar_file_id, row.offset, row.size)
-            self.samples[sample] = _Sample(by_name, parts)
-            self.rowid_of_key[key] = sample
+        for (rowid, key), sample_rows in groupby(rows, key=itemgetter(0, 1)):
+            if self.flat:
+                self.by_key[key] = self._name_files(sample_rows)
+            else:
+                self.samples[rowid] = (None, tuple(sample_rows))
+
+    def _name_files(self, rows: Iterable[PartRow]) -> dict[str, Node]:
+        """A sample's part files by name, remembering where each part is."""
+        by_name: dict[str, Node] = {}
+        locations = self.locations
+        for _, _, part, part_rowid, tar_file_id, offset, size in rows:
+            if part not in by_name:  # rows by name then offset: a repeated name's first member
+                by_name[part] = Node(node_id(PART, part_rowid), False, size)
+            locations[part_rowid] = PartLocation(tar_file_id, offset, size)
+        return by_name
+
+    def files(self, rowid: int) -> dict[str, Node]:
+        """A kept sample folder's part files by name."""
+        by_name, rows = self.samples[rowid]
+        if by_name is None:
+            by_name = self._name_files(rows)
+            self.samples[rowid] = (by_name, rows)
+        return by_name
+
+    def listing(self, rowid: int) -> tuple[tuple[str, int, int], ...]:
+        """A kept sample folder's parts as it shows them, `(shown name, node id, size)`, in tar order."""
+        files = self.listings.get(rowid)
+        if files is None:
+            in_tar_order = sorted(self.samples[rowid][1], key=itemgetter(5))  # by content offset
+            files = tuple(
+                (escape_name(part), node_id(PART, part_rowid), size)
+                for _, _, part, part_rowid, _, _, size in in_tar_order
+            )
+            self.listings[rowid] = files
+        return files
 
 
 class MountTree:
@@ -174,7 +192,7 @@ class MountTree:
         if self.view is View.SHARD:
             for name in shard_names:
                 self._add_shard_folder(name, dataset.tar_file_id(name))
-        self._cache = _SampleCache()
+        self._cache = _SampleCache(self.flat)
         #: The read-ahead cursor: the rowid after the last sample read. Reading that one next (samples
         #: visited in order) reads SAMPLES_AHEAD samples in one query.
         self._next_rowid = -1
@@ -196,35 +214,33 @@ class MountTree:
         """Keep the samples of `rows` in the cache (a fresh one if they might not fit)."""
         cache = self._cache
         if not cache.has_room(SAMPLES_AHEAD + 1):
-            cache = self._cache = _SampleCache()
+            cache = self._cache = _SampleCache(self.flat)
         cache.keep(rows)
         return cache
 
-    def _sample(self, rowid: int) -> _Sample | None:
-        """A sample folder's parts (the sample is in the view), from the cache or the index."""
-        sample = self._cache.samples.get(rowid)
-        if sample is None:
-            stop = rowid + (SAMPLES_AHEAD if rowid == self._next_rowid else 1)
-            sample = self._remember(self.index.parts_between(rowid, stop)).samples.get(rowid)
-            self._next_rowid = stop
-        return sample
-
-    def _sample_by_key(self, key: str) -> _Sample | None:
-        """The parts of the sample called `key`, if it is in the view (flat view lookups)."""
+    def _sample(self, rowid: int) -> _SampleCache | None:
+        """The cache holding a sample folder's parts (the sample is in the view), reading them first if
+        needed; None if the sample has none."""
         cache = self._cache
-        rowid = cache.rowid_of_key.get(key)
-        if rowid is not None and rowid in cache.samples:
-            return cache.samples[rowid]
+        if rowid not in cache.samples:
+            stop = rowid + (SAMPLES_AHEAD if rowid == self._next_rowid else 1)
+            cache = self._remember(self.index.parts_between(rowid, stop))
+            self._next_rowid = stop
+        return cache if rowid in cache.samples else None
+
+    def _sample_by_key(self, key: str) -> dict[str, Node] | None:
+        """The part files by name of the sample called `key`, if it is in the view, read from the index
+        (flat view lookups that the cache cannot answer)."""
         rows = self.index.parts_by_key(key)
         if not rows:
             return None
-        rowid = rows[0].sample_rowid
+        rowid = rows[0][0]
         stop = rowid + 1
         if rowid == self._next_rowid:
             stop += SAMPLES_AHEAD
             rows += self.index.parts_between(rowid + 1, stop)
         self._next_rowid = stop
-        return self._remember(rows).samples.get(rowid)
+        return self._remember(rows).by_key.get(key)
 
     def location(self, node: int) -> PartLocation | None:
         """Where a part file's bytes are, or None if `node` is not a part."""
@@ -232,9 +248,7 @@ class MountTree:
             return None
         rowid = node >> 2
         location = self._cache.locations.get(rowid)
-        if location is None:
-            location = self.index.part_location(rowid)
-        return location
+        return location if location is not None else self.index.part_location(rowid)
 
     # -- lookups -------------------------------------------------------------------------------------
     def lookup(self, parent: int, name: str) -> Node | None:
@@ -243,12 +257,12 @@ class MountTree:
             member = key_and_part(unescape_name(name))
             if member is None:
                 return None
-            sample = self._sample_by_key(member[0])
-            return None if sample is None else sample.by_name.get(member[1])
+            files = self._cache.by_key.get(member[0]) or self._sample_by_key(member[0])
+            return None if files is None else files.get(member[1])
         kind, number = parent & 3, parent >> 2
         if kind == SAMPLE:
-            sample = self._sample(number)
-            return None if sample is None else sample.by_name.get(unescape_name(name))
+            cache = self._sample(number)
+            return None if cache is None else cache.files(number).get(unescape_name(name))
         if kind != FOLDER or number >= len(self._folders):
             return None
         if number == 0 and self.view is View.SAMPLE:
@@ -288,8 +302,8 @@ class MountTree:
         if kind == PART:
             raise NotADirectoryError(folder)
         if kind == SAMPLE:
-            sample = self._sample(number)
-            return Listing(False, [] if sample is None else _page(sample.listing(), start, limit))
+            cache = self._sample(number)
+            return Listing(False, [] if cache is None else _page(cache.listing(number), start, limit))
         if number >= len(self._folders):
             raise FileNotFoundError(folder)
         if number == 0 and self.view is View.FLAT:
@@ -332,11 +346,3 @@ class MountTree:
         """Close every thread's connection and the dataset's shard files."""
         self.index.close()
         self.dataset.close()
-
-
-def parse_view(value: str) -> View:
-    """The view named on the command line."""
-    try:
-        return View(value)
-    except ValueError:
-        raise PrepError(f"--view must be one of flat, sample, shard (got {value!r}).") from None

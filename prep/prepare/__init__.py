@@ -1,5 +1,5 @@
 """`shardprep prepare`: index existing WebDataset tars into energon's `.nv-meta`. See `prep.prepare.run`."""
 
-from prep.prepare.run import Prepared, PrepareOptions, prepare, prepare_dataset
+from prep.prepare.run import PrepareOptions, prepare, prepare_dataset
 
-__all__ = ["PrepareOptions", "Prepared", "prepare", "prepare_dataset"]
+__all__ = ["PrepareOptions", "prepare", "prepare_dataset"]

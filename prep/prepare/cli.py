@@ -97,15 +97,17 @@ def prepare_command(
             line.close()  # the wizard speaks next
 
     try:
-        prepared = prepare(path, options, TerminalWizard(options, interactive=not non_interactive), indexed)
+        shard_counts = prepare(
+            path, options, TerminalWizard(options, interactive=not non_interactive), indexed
+        )
     finally:
         line.close()
-    if prepared is None:  # declined to go over the existing index
+    if shard_counts is None:  # declined to go over the existing index
         return
-    for shard, count in prepared.shard_counts.items():
+    for shard, count in shard_counts.items():
         if count == 0:
             click.echo(f"Note: {shard} holds no samples; it is indexed with a count of 0.", err=True)
     elapsed = time.perf_counter() - started
     click.echo(
-        f"Done: indexed {prepared.samples} samples in {len(prepared.shard_counts)} shards in {elapsed:.2f} s."
+        f"Done: indexed {sum(shard_counts.values())} samples in {len(shard_counts)} shards in {elapsed:.2f} s."
     )

@@ -28,12 +28,18 @@ import stat
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from prep.errors import PrepError, ShardError
-from prep.index.dataset_yaml import DatasetDefinition, define_dataset, find_sample_type, parse_field_map
+from prep.index.dataset_yaml import (
+    DatasetDefinition,
+    check_definition,
+    define_dataset,
+    find_sample_type,
+    parse_field_map,
+)
 from prep.index.format import (
     DATASET_YAML,
     INDEX_SQLITE,
@@ -99,22 +105,22 @@ class PrepareOptions:
         # An unknown sample type, a bad field map or a crude one are refused before any work.
         field_map = parse_field_map(self.field_map) if self.field_map is not None else None
         if self.sample_type is not None:
-            define_dataset(find_sample_type(self.sample_type), field_map)
+            check_definition(find_sample_type(self.sample_type), field_map)
 
 
-@dataclass
 class StagedIndex:
     """A dataset's new index, written to staging but not yet in place: `commit()` it, or leave the `with`
     block without committing to discard it."""
 
-    root: Path
-    shards: list[str]
-    staging: Staging
-    file_mode: int | None
-    shard_counts: dict[str, int] = field(default_factory=dict)
-    part_names: list[str] = field(default_factory=list)
-    #: The first samples of the first shard: [(key, [(part, offset, size)])], for the wizard's preview.
-    first_samples: list[tuple[str, list[tuple[str, int, int]]]] = field(default_factory=list)
+    def __init__(self, root: Path, shards: list[str], staging: Staging, file_mode: int | None) -> None:
+        self.root = root
+        self.shards = shards
+        self.staging = staging
+        self.file_mode = file_mode
+        self.shard_counts: dict[str, int] = {}
+        self.part_names: list[str] = []
+        #: The first samples of the first shard: [(key, [(part, offset, size)])], for the wizard's preview.
+        self.first_samples: list[tuple[str, list[tuple[str, int, int]]]] = []
 
     def write_meta(self, name: str, text: str) -> None:
         """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files."""
@@ -197,24 +203,14 @@ def loader_parts(staged: StagedIndex) -> list[str]:
     return staged.part_names if len(staged.part_names) <= MAX_FIELD_MAP_PARTS else ["TODO"]
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """What a prepare indexed: shard name -> sample count, in `.info.json` order."""
-
-    shard_counts: dict[str, int]
-
-    @property
-    def samples(self) -> int:
-        return sum(self.shard_counts.values())
-
-
 def prepare(
     root: Path,
     options: PrepareOptions,
     wizard: Wizard | None = None,
     progress: ShardProgress | None = None,
-) -> Prepared | None:
-    """Prepare the dataset at `root`; None if the wizard declined to go over an existing index."""
+) -> dict[str, int] | None:
+    """Prepare the dataset at `root` and return its shard counts (shard name -> samples, in `.info.json`
+    order); None if the wizard declined to go over an existing index."""
     wizard = wizard or Unattended(options)
     if options.tar_index_only:
         shards, split = reindexed_shards(root, options.exclude), None
@@ -233,7 +229,7 @@ def prepare(
                 if definition.sample_loader is not None:
                     staged.write_meta(SAMPLE_LOADER_PY, definition.sample_loader)
         staged.commit()
-    return Prepared(staged.shard_counts)
+    return staged.shard_counts
 
 
 def choose_split(options: PrepareOptions, wizard: Wizard) -> SplitSpec:
@@ -280,9 +276,9 @@ def prepare_dataset(
         dataset_yaml=dataset_yaml,
         dataset_yaml_name=dataset_yaml_name,
     )
-    prepared = prepare(Path(root), options)
-    assert prepared is not None  # Unattended never declines: it goes over an index or raises
-    return prepared.shard_counts
+    shard_counts = prepare(Path(root), options)
+    assert shard_counts is not None  # Unattended never declines: it goes over an index or raises
+    return shard_counts
 
 
 def stage_index(

@@ -16,10 +16,7 @@ import click
 from prep.index.dataset_yaml import (
     DatasetDefinition,
     SampleType,
-    crude_definition,
-    dataset_yaml_text,
     define_dataset,
-    field_map_definition,
     find_sample_type,
     parse_field_map,
     sample_types,
@@ -68,7 +65,7 @@ class TerminalWizard(Unattended):
         options = self.options
         if options.skip_dataset_yaml:
             create = False
-        elif options.sample_type is not None or options.dataset_yaml is not None:
+        elif options.sample_type is not None:
             create = True
         elif not self.interactive:
             click.echo("Skipping dataset.yaml creation (use --sample-type or --crude to create it).")
@@ -78,8 +75,6 @@ class TerminalWizard(Unattended):
         if not create:
             click.echo("You will have to add a dataset.yaml manually.")
             return None
-        if options.dataset_yaml is not None:
-            return DatasetDefinition(options.dataset_yaml)
         sample_type = find_sample_type(options.sample_type) if options.sample_type else _ask_sample_type()
         return self._definition(staged, sample_type)
 
@@ -91,7 +86,7 @@ class TerminalWizard(Unattended):
                 " dataset samples in your `TaskEncoder`."
             )
             click.echo("Furthermore, you might want to add `subflavors` in your meta dataset specification.")
-            return DatasetDefinition(dataset_yaml_text(crude_definition()))
+            return define_dataset(sample_type)
         part_names = staged.part_names
         allow_field_map = len(part_names) <= MAX_FIELD_MAP_PARTS
         if self.interactive:
@@ -109,9 +104,7 @@ class TerminalWizard(Unattended):
                 default=True,
             )
         ):
-            return DatasetDefinition(
-                dataset_yaml_text(field_map_definition(sample_type, _ask_field_map(sample_type, part_names)))
-            )
+            return define_dataset(sample_type, _ask_field_map(sample_type, part_names))
         definition = define_dataset(sample_type, None, loader_parts(staged))
         write_loader = not staged.meta_exists(SAMPLE_LOADER_PY) or (
             self.interactive and click.confirm("Do you want to override the existing sample loader?")

@@ -55,7 +55,6 @@ SMALL_MEMBER_STRIDE = 4 * 1024
 _REGULAR_CODES = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
 _NO_DATA_TYPES = np.array(sorted(KNOWN_NON_REGULAR), dtype=np.uint8)
 _FAST_TYPES = np.array(sorted(REGULAR_TYPES | KNOWN_NON_REGULAR | {PAX_EXTENDED}), dtype=np.uint8)
-_USTAR_MAGIC = np.frombuffer(USTAR, dtype=np.uint8)
 #: PAX keywords that change what is indexed (the rest, e.g. webdataset's float mtime, are skipped unparsed).
 _PAX_KEYWORDS_THAT_MATTER = re.compile(rb" (?:path=|size=|GNU\.sparse|hdrcharset=)")
 
@@ -190,8 +189,13 @@ class HeaderWalker:
         prefixes: dict[int, bytes] = {}
         for first in range(0, whole, WINDOW_BLOCKS):
             window = blocks[first : first + WINDOW_BLOCKS]
-            magic = window[:, MAGIC.start : MAGIC.start + len(USTAR)]
-            local = np.flatnonzero((magic == _USTAR_MAGIC).all(axis=1))
+            at_magic = window[:, MAGIC.start]
+            is_header = at_magic == USTAR[0]
+            for position, byte in enumerate(
+                USTAR[1:], MAGIC.start + 1
+            ):  # a column at a time: no 2-D reduction
+                is_header &= window[:, position] == byte
+            local = np.flatnonzero(is_header)
             headers = window[local]
             candidates = local + first
             # The block after a PAX header holds its records (it may start the next window).

@@ -19,6 +19,7 @@ from prep.errors import PrepError
 from prep.index.dataset_yaml import (
     CRUDE_CLASS,
     DatasetDefinition,
+    check_definition,
     define_dataset,
     find_sample_type,
     parse_field_map,
@@ -79,7 +80,13 @@ class WriteOptions:
         if self.group_contiguous and self.group_by is None:
             raise PrepError("--group-contiguous needs --group-by COLUMN.")
         worker_count(self.num_workers, 1)
-        self.definition()  # a sample type that cannot be written is refused before anything is
+        sample_type = find_sample_type(self.sample_type)  # one that cannot be written is refused now
+        if self.polylithic and not sample_type.crude:
+            raise PrepError(
+                "A dataset with --media-column must be crude (energon hands auxiliary datasets only to"
+                " cookers); leave out --sample-type."
+            )
+        check_definition(sample_type, self.field_map)
 
     @classmethod
     def parse(
@@ -141,13 +148,7 @@ class WriteOptions:
 
     def definition(self) -> DatasetDefinition:
         """The dataset.yaml (and sample_loader.py to edit) of the primary dataset."""
-        sample_type = find_sample_type(self.sample_type)
-        if self.polylithic and not sample_type.crude:
-            raise PrepError(
-                "A dataset with --media-column must be crude (energon hands auxiliary datasets only to"
-                " cookers); leave out --sample-type."
-            )
-        return define_dataset(sample_type, self.field_map)
+        return define_dataset(find_sample_type(self.sample_type), self.field_map)
 
 
 def _parse_parts(specs: Iterable[str]) -> tuple[tuple[str, str], ...]:

@@ -24,14 +24,15 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.index.dataset_yaml import DatasetDefinition, crude_definition, dataset_yaml_text
+from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_dataset, find_sample_type
 from prep.index.format import META_DIR, METADATASET_YAML
 from prep.index.staging import Staging
-from prep.processes import ordered_map, worker_count
+from prep.processes import in_child, ordered_map, worker_count
 from prep.tar.fields import END_OF_ARCHIVE
 from prep.write.build import DatasetBuild
 from prep.write.jsonl_parallel import ShardJob, plan_shards, write_planned_shard
@@ -97,18 +98,21 @@ class WriteRun:
         self.options = options
         self.started = time.perf_counter()
         self.progress = progress
-        # Files beside the datasets (rejects, the aux folder, the metadataset), put in place last.
-        self.staging = Staging(out_dir, meta=False)
         limits, pattern = options.limits, options.shard_pattern
-        root = out_dir / PRIMARY_FOLDER if options.polylithic else out_dir
-        self.primary = DatasetBuild(root, limits=limits, pattern=pattern)
-        self.aux_build: DatasetBuild | None = None
-        self.aux_folder: Path | None = None
-        if options.polylithic and options.aux_format == "tar":
-            self.aux_build = DatasetBuild(out_dir / AUX_FOLDER, limits=limits, pattern=pattern)
-        elif options.polylithic:
-            self.aux_folder = self.staging.temp_path(out_dir / AUX_FOLDER)
-            self.aux_folder.mkdir()
+        with ExitStack() as stack:  # each part discards what it staged unless committed
+            # Files beside the datasets (rejects, the aux folder, the metadataset), put in place last.
+            self.staging = stack.enter_context(Staging(out_dir, meta=False))
+            root = out_dir / PRIMARY_FOLDER if options.polylithic else out_dir
+            self.primary = stack.enter_context(DatasetBuild(root, limits=limits, pattern=pattern))
+            self.aux_build: DatasetBuild | None = None
+            self.aux_folder: Path | None = None
+            if options.polylithic and options.aux_format == "tar":
+                aux = DatasetBuild(out_dir / AUX_FOLDER, limits=limits, pattern=pattern)
+                self.aux_build = stack.enter_context(aux)
+            elif options.polylithic:
+                self.aux_folder = self.staging.temp_path(out_dir / AUX_FOLDER)
+                self.aux_folder.mkdir()
+            self._staged = stack.pop_all()
         self.rejects_path = options.rejects or out_dir / REJECTS_FILE
         self.rejects_file = None
         self.rejects = 0
@@ -191,7 +195,7 @@ class WriteRun:
         split_names = list(self.options.split_names)
         self.primary.finish(split_names, definition)
         if self.aux_build is not None:
-            self.aux_build.finish(split_names, DatasetDefinition(dataset_yaml_text(crude_definition())))
+            self.aux_build.finish(split_names, define_dataset(find_sample_type(CRUDE_CLASS)))
         if self.rejects_file is not None:
             self.rejects_file.close()
         if self.options.polylithic:
@@ -213,22 +217,17 @@ class WriteRun:
             build.commit()
         self.staging.commit()
 
-    def abort(self) -> None:
-        if self.spool is not None:
-            self.spool.close()
-        if self.rejects_file is not None:
-            self.rejects_file.close()
-        for build in (self.primary, self.aux_build):
-            if build is not None:
-                build.abort()
-        self.staging.abort()  # last: it made out_dir, which is empty only now
-
     def __enter__(self) -> WriteRun:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if not self.staging.committed:
-            self.abort()
+        """Close the run's files; unless committed, the builds and then the staging (which made out_dir,
+        empty only now) remove everything the run wrote."""
+        if self.spool is not None:
+            self.spool.close()
+        if self.rejects_file is not None:
+            self.rejects_file.close()
+        self._staged.__exit__(*exc_info)
 
     def summary(self) -> WriteSummary:
         split_names = list(self.options.split_names)
@@ -256,13 +255,12 @@ def write(
     progress: Callable[[WriteProgress], None] | None = None,
 ) -> WriteSummary:
     """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
-    definition = options.definition()
     _check_out_dir(out_dir, options.overwrite)
     with WriteRun(out_dir, options, progress) as run:
         if not _write_jsonl_in_parallel(run, sources):
             _write_records(run, sources)
         run.report()
-        run.finish(definition)
+        run.finish(options.definition())
         run.commit()
     return run.summary()
 
@@ -335,7 +333,7 @@ def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
     if worker_count(options.num_workers, 2) < 2:
         return False  # one core: not worth the planning pass
     source = sources[0]
-    plans = plan_shards(source.path, options.limits)
+    plans = in_child(plan_shards, source.path, options.limits, what="planning shards")
     if plans is None or len(plans) < 2:
         return False
     workers = worker_count(options.num_workers, len(plans))

@@ -58,8 +58,8 @@ def naive_first_fit_bins(sizes: list[int], capacity: int) -> list[int]:
 
 @settings(max_examples=150, deadline=None)
 @given(lengths=lengths_strategy, seq_length=seq_lengths, algorithm=st.sampled_from(ALGORITHMS))
-def test_split_packing_places_every_token_exactly_once_and_no_bin_overflows(lengths, seq_length, algorithm):
-    plan = plan_packs(lengths, seq_length, algorithm, overlong="split")
+def test_chunked_packing_places_every_token_exactly_once_and_no_bin_overflows(lengths, seq_length, algorithm):
+    plan = plan_packs(lengths, seq_length, algorithm, overlong="chunk")
     assert (plan.bin_lengths() <= seq_length).all()
     ranges = covered_ranges(plan)
     assert sorted(ranges) == list(range(len(lengths)))
@@ -92,8 +92,8 @@ def test_truncate_keeps_each_document_once_with_its_first_tokens(lengths, seq_le
     seed=st.none() | st.integers(0, 2**32 - 1),
 )
 def test_the_same_input_and_seed_give_the_same_packs(lengths, seq_length, algorithm, seed):
-    first = plan_packs(lengths, seq_length, algorithm, overlong="split", seed=seed)
-    second = plan_packs(list(lengths), seq_length, algorithm, overlong="split", seed=seed)
+    first = plan_packs(lengths, seq_length, algorithm, overlong="chunk", seed=seed)
+    second = plan_packs(list(lengths), seq_length, algorithm, overlong="chunk", seed=seed)
     for a, b in zip(
         (first.documents, first.starts, first.stops, first.bin_offsets),
         (second.documents, second.starts, second.stops, second.bin_offsets),
@@ -158,9 +158,11 @@ def test_overlong_error_names_the_document_and_its_length():
         plan_packs([3, 12], seq_length=8, names=["shard-000/sample-3", "shard-000/sample-17"])
 
 
-def test_overlong_split_cuts_a_document_into_sequence_length_pieces():
-    plan = plan_packs([20], seq_length=8, algorithm="bfd", overlong="split")
+def test_overlong_chunk_cuts_a_document_into_sequence_length_pieces():
+    plan = plan_packs([20], seq_length=8, algorithm="bfd", overlong="chunk")
     assert sorted(p for b in plan for p in b) == [(0, 0, 8), (0, 8, 16), (0, 16, 20)]
+    # the policy's earlier name is still taken for it
+    assert plan_packs([20], seq_length=8, overlong="split").bins() == plan.bins()
 
 
 def test_an_empty_input_gives_an_empty_plan():
@@ -185,7 +187,7 @@ def test_unknown_options_are_refused(bad):
 def test_packed_token_rows_hold_exactly_the_planned_tokens(lengths, seq_length, algorithm, window):
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     tokens = np.arange(int(offsets[-1]), dtype=np.int32)  # token value = its position in the corpus
-    rows = pack_token_arrays(tokens, offsets, seq_length, algorithm, overlong="split", window=window)
+    rows = pack_token_arrays(tokens, offsets, seq_length, algorithm, overlong="chunk", window=window)
     assert sorted(rows.tokens.tolist()) == tokens.tolist()
     assert (np.diff(rows.row_offsets) <= seq_length).all()
     row_tokens = np.diff(rows.row_offsets)

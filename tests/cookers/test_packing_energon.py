@@ -56,7 +56,7 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def text_dataset(tmp_path_factory):
     folder = tmp_path_factory.mktemp("text") / "shards"
-    # Some documents are longer than SEQ_LENGTH tokens, so `split` has work to do.
+    # Some documents are longer than SEQ_LENGTH tokens, so `chunk` has work to do.
     records = [{"text": text} for text in documents(120, seed=2, median_words=25, sigma=1.0)]
     keys = write_shards(folder, records, per_shard=40)
     prepare(folder)
@@ -80,7 +80,7 @@ def load(folder, encoder, buffer, batch_size=2, workers=0):
 @pytest.mark.parametrize("algorithm", ["bfd", "ffd", "next_fit", "concat"])
 def test_every_document_of_the_dataset_is_packed_exactly_once(tokenizer, text_dataset, algorithm):
     folder, keys, records = text_dataset
-    encoder = PackingTaskEncoder(tokenizer, SEQ_LENGTH, algorithm=algorithm, overlong="split")
+    encoder = PackingTaskEncoder(tokenizer, SEQ_LENGTH, algorithm=algorithm, overlong="chunk")
     packed_keys, packed_tokens = [], 0
     for batch in get_loader(load(folder, encoder, buffer=32)):
         assert batch.input_ids.shape == batch.labels.shape == batch.position_ids.shape
@@ -129,7 +129,7 @@ def test_prompt_tokens_are_masked_in_packed_sft_batches(tokenizer, tmp_path):
 def test_restored_loader_state_gives_the_same_next_batches(tokenizer, text_dataset):
     folder, _, _ = text_dataset
     encoder = PackingTaskEncoder(
-        tokenizer, SEQ_LENGTH, algorithm="bfd", overlong="split", pad_to_multiple_of=16
+        tokenizer, SEQ_LENGTH, algorithm="bfd", overlong="chunk", pad_to_multiple_of=16
     )
 
     def fresh():
@@ -162,3 +162,10 @@ def test_an_overlong_document_with_the_error_policy_is_named(tokenizer, text_dat
         OverlongDocumentError, match=r"shard-3/doc00042 has \d+ tokens, more than the sequence length 8"
     ):
         list(encoder.encode_sample(sample))
+
+
+def test_the_aux_media_cooker_keeps_its_earlier_module_name():
+    import cookers.aux_media
+    import cookers.energon_aux_media
+
+    assert cookers.aux_media.AuxMediaTaskEncoder is cookers.energon_aux_media.AuxMediaTaskEncoder

@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prep.write import BadInputError, write_dataset
 from prep.write.jsonl_parallel import plan_shards
@@ -70,3 +72,60 @@ def test_numbers_past_64_bits_read_as_the_standard_json_module_reads_them(tmp_pa
     with sqlite3.connect(tmp_path / "out" / ".nv-meta" / "index.sqlite") as db:
         keys = [key for (key,) in db.execute("SELECT sample_key FROM samples ORDER BY sample_index")]
     assert keys == ["123456789012345678901234567890", "7"]
+
+
+def reference_plans(data: bytes, limits: ShardLimits) -> list[tuple[int, int, int, int, int, int]]:
+    """What the single-process writer does, line by line: (start, end, first line, first row, count, bytes)."""
+    from prep.tar.fields import member_bytes
+
+    plans: list[list[int]] = []
+    pos = rows = 0
+    *ended, last = data.split(b"\n")  # lines end at newlines only, as a file is read line by line
+    for number, line in enumerate([line + b"\n" for line in ended] + ([last] if last else []), 1):
+        content = line.rstrip(b"\r\n")
+        if content.strip():
+            size = member_bytes(len(content))
+            if not plans or not limits.fits(plans[-1][4] + 1, plans[-1][5] + size):
+                if plans:
+                    plans[-1][1] = pos
+                plans.append([pos, pos, number, rows, 0, 0])
+            plans[-1][4] += 1
+            plans[-1][5] += size
+            rows += 1
+        pos += len(line)
+    if plans:
+        plans[-1][1] = len(data)
+    return [tuple(plan) for plan in plans]
+
+
+lines_of_any_shape = st.lists(
+    st.tuples(
+        st.sampled_from([b"", b" ", b"\t \x0b", b'{"a": 1}', b"  x  ", b"\r", b"y" * 700, b"z" * 1500]),
+        st.sampled_from([b"\n", b"\r\n", b"\r\r\n"]),
+    ),
+    max_size=60,
+)
+
+
+@given(
+    lines_of_any_shape,
+    st.booleans(),
+    st.integers(1, 5),
+    st.sampled_from([2048, 4096, 9000, 3e9]),
+    st.integers(1, 64),
+)
+@settings(max_examples=300, deadline=None)
+def test_plan_cuts_where_the_writer_rolls_over_for_lines_of_any_shape(
+    tmp_path_factory, lines, last_newline, maxcount, maxsize, chunk_bytes
+) -> None:
+    """Blank and whitespace-only lines, carriage returns, a last line without a newline, lines longer
+    than the chunks the planner reads: each shard starts where the writer would start it."""
+    data = b"".join(content + end for content, end in lines)
+    if lines and not last_newline:
+        data = data.rstrip(b"\r\n")
+    path = tmp_path_factory.mktemp("plan") / "rows.jsonl"
+    path.write_bytes(data)
+    limits = ShardLimits(maxcount=maxcount, maxsize=maxsize)
+    plans = plan_shards(path, limits, chunk_bytes=chunk_bytes)
+    found = [(p.start, p.end, p.first_line, p.first_row, p.count, p.nbytes) for p in plans]
+    assert found == reference_plans(data, limits)
