@@ -1,7 +1,13 @@
 """`prepare`: index existing WebDataset shards and write energon's `.nv-meta`, in parallel and all-or-nothing.
 
-    >>> from prep.prepare import prepare_dataset                    # doctest: +SKIP
-    >>> prepare_dataset("/data/my-dataset", split_ratio="8,1,1")      # doctest: +SKIP
+    >>> import io, shutil, tarfile, tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> with tarfile.open(root / "shard-0.tar", "w") as tar:
+    ...     for name in ("0001.txt", "0001.json", "0002.txt"):
+    ...         tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    >>> prepare_dataset(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    {'shard-0.tar': 2}
+    >>> shutil.rmtree(root)
 
 The stages of `prepare`, in order:
 

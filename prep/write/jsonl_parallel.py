@@ -1,6 +1,11 @@
 """Write a plain JSONL file's shards on every core: each worker writes whole shards from a byte range.
 
-    >>> plan = plan_shards(Path("rows.jsonl"), ShardLimits(maxcount=10_000))       # doctest: +SKIP
+    >>> import shutil, tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "rows.jsonl").write_bytes(b'{"a": 1}\\n\\n{"a": 2}\\n{"a": 3}\\n')
+    >>> [(plan.first_line, plan.first_row, plan.count) for plan in plan_shards(folder / "rows.jsonl", ShardLimits(2))]
+    [(1, 0, 2), (4, 2, 1)]
+    >>> shutil.rmtree(folder)
 
 The plain case (each line becomes one sample of one `json` part under a generated key) needs no line's
 contents to place it: a sample's tar size follows from the line's length, so one quick pass over the

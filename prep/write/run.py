@@ -1,7 +1,11 @@
 """`write`: raw records to a prepared dataset in one pass — shards, `.tar.idx` and `.nv-meta` together.
 
-    >>> from prep.write import write_dataset                                   # doctest: +SKIP
-    >>> write_dataset([{"__key__": "a", "txt": "hello"}], "/data/out")         # doctest: +SKIP
+    >>> import shutil, tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "out"
+    >>> summary = write_dataset([{"__key__": "a", "txt": "hello"}, {"__key__": "b", "txt": "world"}], out)
+    >>> summary.samples, summary.shard_names, sorted(path.name for path in (out / ".nv-meta").iterdir())
+    (2, ['shard-000000.tar'], ['.info.json', 'dataset.yaml', 'index.sqlite', 'index.uuid', 'split.yaml'])
+    >>> shutil.rmtree(out.parent)
 
 Each record goes through four stages, in order; a stage that cannot take it raises `Rejected`, and the
 run then stops (`--on-error stop`) or lists the record in a rejects file and goes on (`skip`):

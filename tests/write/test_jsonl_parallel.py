@@ -39,9 +39,16 @@ def test_jsonl_in_workers_writes_the_shards_one_process_writes(tmp_path: Path, l
     lines = rows_file(tmp_path / "rows.jsonl", 23)
     parallel = write_dataset(JsonlSource(tmp_path / "rows.jsonl"), tmp_path / "parallel", **limits)
     serial = write_dataset([{"json": line} for line in lines], tmp_path / "serial", **limits)
+    one_worker = write_dataset(
+        JsonlSource(tmp_path / "rows.jsonl"), tmp_path / "one", num_workers=1, **limits
+    )
     assert parallel.shards > 2 and parallel.samples == 23
-    assert (parallel.shards, parallel.bytes) == (serial.shards, serial.bytes)
-    assert written(tmp_path / "parallel") == written(tmp_path / "serial")
+    assert (
+        (parallel.shards, parallel.bytes)
+        == (serial.shards, serial.bytes)
+        == (one_worker.shards, one_worker.bytes)
+    )
+    assert written(tmp_path / "parallel") == written(tmp_path / "serial") == written(tmp_path / "one")
 
 
 def test_plan_cuts_shards_at_their_first_line_and_key(tmp_path: Path) -> None:
