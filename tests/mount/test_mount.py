@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.support.datasets import (
     tar_members,
     writable_copy,
 )
+from tests.support.leftovers import end_process, unmount_quietly
 from tests.support.prepare import REPO, run_shardprep
 
 FUSE_MISSING = fuse_problem()
@@ -50,8 +50,7 @@ class Mounted:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if os.path.ismount(self.mountpoint):
-            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], check=False)
+        unmount_quietly(self.mountpoint, self.pid)
 
 
 def files_under(mountpoint: Path) -> dict[str, bytes]:
@@ -142,18 +141,14 @@ def test_mount_is_read_only(base, tmp_path):
 
 def test_umount_unmounts_and_ends_the_mount_process(base, tmp_path):
     dataset = prepared_dataset(base, "energon")
-    mounted = Mounted(dataset, tmp_path / "mnt")
-    assert os.path.ismount(mounted.mountpoint)
-    result = run_shardprep("umount", str(mounted.mountpoint), check=True)
-    assert "unmounted" in result.stdout
-    assert not os.path.ismount(mounted.mountpoint)
-    for _ in range(100):
-        if not Path(f"/proc/{mounted.pid}").exists():
-            break
-        time.sleep(0.05)
-    assert not Path(f"/proc/{mounted.pid}").exists()
-    again = run_shardprep("umount", str(mounted.mountpoint))
-    assert again.returncode != 0 and "not a mount point" in again.stderr
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        assert os.path.ismount(mounted.mountpoint)
+        result = run_shardprep("umount", str(mounted.mountpoint), check=True)
+        assert "unmounted" in result.stdout
+        assert not os.path.ismount(mounted.mountpoint)
+        assert end_process(mounted.pid), "the server did not exit within 5 s of its unmount"
+        again = run_shardprep("umount", str(mounted.mountpoint))
+        assert again.returncode != 0 and "not a mount point" in again.stderr
 
 
 def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str, data: bytes):
@@ -176,8 +171,7 @@ def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str,
     finally:
         if process.poll() is None:
             process.kill()
-        if os.path.ismount(mountpoint):
-            subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+        unmount_quietly(mountpoint)
     return process, out, err
 
 
@@ -327,7 +321,7 @@ def test_root_mounts_without_fusermount3(base, tmp_path):
         assert result.returncode == 0, result.stderr
         assert files_under(mountpoint) == expected_files(dataset, "flat")
     finally:
-        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+        unmount_quietly(mountpoint)
 
 
 def test_a_name_that_is_not_utf8_is_absent_and_the_mount_goes_on(base, tmp_path):

@@ -1,0 +1,31 @@
+"""The whole run's promise: it leaves no FUSE mount and no process of its own behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.support.leftovers import mounts_under, processes_mentioning, unmount_quietly
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(tmp_path_factory):
+    """After the last test: no mount below the session's temporary folder, and no process whose command
+    line names a path there. Whatever is found is cleaned up, and the run fails naming it."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    mounts = mounts_under(base)
+    for mountpoint in mounts:
+        unmount_quietly(mountpoint)
+    processes = processes_mentioning(base)
+    for pid in processes:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    left = [f"mount {point}" for point in mounts] + [
+        f"process {pid}: {cmd}" for pid, cmd in processes.items()
+    ]
+    assert not left, "the tests left these behind (now cleaned up):\n" + "\n".join(left)
