@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from prep.errors import PrepError
-from prep.processes import ordered_map, worker_count
+from prep.processes import WorkerTraceback, ordered_map, worker_count
+from tests.support.leftovers import GROUP, PARENT, processes_where
+from tests.support.prepare import REPO, run_shardprep
 
 
 def square_slowly_in_reverse(number: int, count: int) -> tuple[int, int]:
@@ -36,7 +43,106 @@ def test_a_worker_killed_mid_run_ends_it_with_an_error_naming_the_work() -> None
         list(ordered_map(die_on_three, [(number,) for number in range(8)], 2, what="writing shards"))
 
 
+def refuse_five(number: int) -> int:
+    if number == 5:
+        raise PrepError(f"shard {number} is bad")
+    return number
+
+
+def test_an_error_in_a_worker_comes_back_in_task_order_with_its_traceback() -> None:
+    taken = []
+    with pytest.raises(PrepError, match="shard 5 is bad") as raised:
+        for number in ordered_map(refuse_five, [(number,) for number in range(9)], 3, what="checking"):
+            taken.append(number)
+    assert taken == [0, 1, 2, 3, 4]
+    assert isinstance(raised.value.__cause__, WorkerTraceback)
+    assert "in refuse_five" in str(raised.value.__cause__)
+
+
+def unpicklable(number: int) -> object:
+    return lambda: number
+
+
+def test_a_result_that_cannot_be_sent_back_is_an_error_naming_the_function() -> None:
+    with pytest.raises(RuntimeError, match="unpicklable returned what cannot be sent"):
+        list(ordered_map(unpicklable, [(1,), (2,)], 2, what="checking"))
+
+
 def test_worker_count_is_one_per_task_at_most_and_refuses_zero() -> None:
     assert worker_count(8, 3) == 3 and worker_count(None, 1) == 1
     with pytest.raises(PrepError, match="--num-workers must be at least 1"):
         worker_count(0, 5)
+
+
+# SIGKILL of the run itself (the OOM killer, a cluster scheduler): its workers must not outlive it.
+
+ROWS = 300_000
+
+
+@pytest.fixture(scope="module")
+def rows_jsonl(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("kill-source") / "rows.jsonl"
+    filler = "x" * 40
+    path.write_text("".join(f'{{"text": "row {number} {filler}"}}\n' for number in range(ROWS)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def many_shards(rows_jsonl, tmp_path_factory) -> Path:
+    """30 shards of 10,000 samples: prepare runs long enough on them to be killed mid-run."""
+    dataset = tmp_path_factory.mktemp("kill-dataset") / "dataset"
+    run_shardprep("write", str(rows_jsonl), str(dataset), "--part", "text=txt", check=True)
+    shutil.rmtree(dataset / ".nv-meta")
+    for index in dataset.glob("*.tar.idx"):
+        index.unlink()
+    return dataset
+
+
+def sigkill_mid_run(args: list[str], delay: float) -> None:
+    """Start `shardprep ARGS` in its own process group, wait until its first worker is up and then
+    `delay` seconds more, SIGKILL it, and check that within 2 s no process of its group is left."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prep", *args],
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not processes_where(PARENT, process.pid):
+            assert process.poll() is None, "the run ended before it started a worker"
+            time.sleep(0.002)
+        time.sleep(delay)
+        assert process.poll() is None, (
+            f"the run ended within {delay} s of its first worker: give it more data"
+        )
+        assert processes_where(PARENT, process.pid), "no worker was running at the kill"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 2
+        while processes_where(GROUP, process.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        left = processes_where(GROUP, process.pid)
+        assert not left, f"processes of the killed run still alive 2 s later: {left}"
+    finally:
+        for pid in processes_where(GROUP, process.pid):
+            os.kill(pid, signal.SIGKILL)
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
+def test_prepare_killed_mid_run_leaves_no_worker_and_a_rerun_succeeds(many_shards, tmp_path, delay):
+    dataset = shutil.copytree(many_shards, tmp_path / "dataset")
+    command = ["prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--num-workers", "2"]
+    sigkill_mid_run(command, delay)
+    run_shardprep(*command, check=True)
+    assert (dataset / ".nv-meta" / "index.sqlite").is_file()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.3, 0.8])
+def test_write_killed_mid_run_leaves_no_worker_and_a_rerun_succeeds(rows_jsonl, tmp_path, delay):
+    command = ["write", str(rows_jsonl), str(tmp_path / "out"), "--num-workers", "2"]
+    sigkill_mid_run(command, delay)
+    run_shardprep(*command, "--overwrite", check=True)
+    assert len(list((tmp_path / "out").glob("*.tar"))) == ROWS // 10_000

@@ -42,10 +42,9 @@ def end_process(pid: int, wait: float = 5.0) -> bool:
 def _alive(pid: int) -> bool:
     """Running, and not a zombie waiting to be reaped by a parent."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return _stat_fields(pid)[0] != "Z"
+    except (OSError, IndexError):
         return False
-    return state != "Z"
 
 
 def mounts_under(folder: Path) -> list[Path]:
@@ -65,7 +64,7 @@ def processes_mentioning(folder: Path) -> dict[int, str]:
     mine = {os.getpid()}
     pid = os.getpid()
     while pid > 1:
-        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the parent
+        pid = int(_stat_fields(pid)[PARENT])
         mine.add(pid)
     needle = str(folder.resolve()).encode()
     found = {}
@@ -79,3 +78,25 @@ def processes_mentioning(folder: Path) -> dict[int, str]:
         if needle in command and _alive(int(entry.name)):
             found[int(entry.name)] = command.replace(b"\0", b" ").decode(errors="replace").strip()
     return found
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name: state, parent, process group, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def processes_where(field: int, value: int) -> list[int]:
+    """Live processes whose stat field `field` (1: parent pid, 2: process group) equals `value`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = _stat_fields(int(entry.name))
+            except OSError:
+                continue
+            if int(fields[field]) == value and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+PARENT, GROUP = 1, 2
