@@ -64,7 +64,7 @@ def shard_rows(path: str, shard: str, tar_file_id: int) -> ShardRows:
         walker = HeaderWalker(shard, buffer)
         members = walker.scan()
         walker.verify_checksums()
-        rows = ShardRows(shard, tar_file_id, end=walker.end)
+        rows = ShardRows(shard, tar_file_id, end=walker.end, end_marker=walker.end_marker)
         if not _group_vectorised(rows, *members):
             _group_one_by_one(rows, *members)
         return rows

@@ -50,6 +50,8 @@ class ShardRows:
     part_sizes: array = field(default_factory=_int_column)
     #: Where the end-of-archive marker starts: the last `.tar.idx` offset.
     end: int = 0
+    #: False for a shard that ends right after its last member, without the marker (indexed to its end).
+    end_marker: bool = True
 
     @property
     def count(self) -> int:

@@ -163,10 +163,22 @@ def _group(columns: dict[str, np.ndarray], text: TextColumn, text_name: str) -> 
 
 
 def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bool:
-    """The bytes after the last sample: the end-of-archive marker and zero padding, nothing else.
+    """The bytes after the last sample: the end-of-archive marker and zero padding, nothing else; or
+    nothing at all, for a shard that ends right after its last member (prepare indexes such a shard, as
+    GNU tar, tarfile and energon read it, and warns).
 
     Returns False for a truncated shard, whose other complaints would only repeat this one.
     """
+    if file_size == end:
+        checker.report.warnings.append(
+            Problem(
+                checker.shard,
+                "ends right after its last sample, without the end-of-archive marker; energon reads it, but"
+                " it may have been cut short at a member boundary.",
+                "check that its last samples are complete, or re-write the shard with a tar writer",
+            )
+        )
+        return True
     if file_size < end + 2 * BLOCK:
         checker.problem(
             f"the shard is {file_size:,} bytes but its index says its samples end at byte {end:,}, followed by"

@@ -48,6 +48,11 @@ from prep.prepare.wizard import TerminalWizard
 )
 @field_map_option
 @click.option("--crude", is_flag=True, help="Write a CrudeWebdataset dataset.yaml (samples go to a cooker).")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse shards without the end-of-archive marker (by default indexed to their end, with a warning).",
+)
 def prepare_command(
     path: Path,
     progress: bool,
@@ -64,6 +69,7 @@ def prepare_command(
     sample_type: str | None,
     field_map: str | None,
     crude: bool,
+    strict: bool,
 ) -> None:
     """Index the WebDataset shards under PATH and write energon's .nv-meta (as `energon prepare` does).
 
@@ -88,6 +94,7 @@ def prepare_command(
         field_map=field_map,
         skip_dataset_yaml=skip_dataset_yaml,
         dataset_yaml_name=dataset_yaml_name,
+        strict=strict,
     )
     line = ProgressLine(progress)
 

@@ -32,6 +32,7 @@ import importlib
 import os
 import stat
 import threading
+import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -105,6 +106,8 @@ class PrepareOptions:
     dataset_yaml_name: str = DATASET_YAML
     #: A finished dataset.yaml text to write as it is, instead of one made from the sample type.
     dataset_yaml: str | None = None
+    #: Refuse shards that end without the end-of-archive marker (by default they are indexed, with a warning).
+    strict: bool = False
 
     def __post_init__(self) -> None:
         worker_count(self.num_workers, 1)
@@ -127,6 +130,8 @@ class StagedIndex:
         self.part_names: list[str] = []
         #: The first samples of the first shard: [(key, [(part, offset, size)])], for the wizard's preview.
         self.first_samples: list[tuple[str, list[tuple[str, int, int]]]] = []
+        #: Shards indexed to their end because the end-of-archive marker is missing.
+        self.without_end_marker: list[str] = []
 
     def write_meta(self, name: str, text: str) -> None:
         """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files."""
@@ -162,6 +167,10 @@ class Wizard(Protocol):
     def shards_found(self, shards: list[str]) -> None:
         """The shards that will be indexed."""
 
+    def shards_without_end_marker(self, shards: list[str]) -> None:
+        """Shards that end right after their last member, without the end-of-archive marker: indexed as
+        GNU tar, tarfile and energon read them, but perhaps cut short."""
+
     def split_ratio(self) -> str:
         """The train/val/test ratio, when the options give no split."""
 
@@ -183,6 +192,9 @@ class Unattended:
     def shards_found(self, shards: list[str]) -> None:
         pass
 
+    def shards_without_end_marker(self, shards: list[str]) -> None:
+        warnings.warn(without_end_marker_warning(shards), stacklevel=4)
+
     def split_ratio(self) -> str:
         raise PrepError(
             "--split-ratio is required with --non-interactive (unless --split-parts or --tar-index-only"
@@ -202,6 +214,18 @@ class Unattended:
         if definition.sample_loader is not None and staged.meta_exists(SAMPLE_LOADER_PY):
             return DatasetDefinition(definition.yaml)  # keep the user's edited loader
         return definition
+
+
+def without_end_marker_warning(shards: list[str]) -> str:
+    """The one warning for every shard that lacks the end-of-archive marker."""
+    listed = ", ".join(shards[:MAX_REPORTED_ERRORS])
+    more = f" and {len(shards) - MAX_REPORTED_ERRORS} more" if len(shards) > MAX_REPORTED_ERRORS else ""
+    return (
+        f"{len(shards)} shard(s) end without the end-of-archive marker (two zero blocks) and were indexed to"
+        f" their end, as GNU tar, tarfile and energon read them: {listed}{more}. Such a shard may have been"
+        " cut short at a member boundary; check that its last samples are complete (shardprep verify), or"
+        " run with --strict to refuse such shards."
+    )
 
 
 def loader_parts(staged: StagedIndex) -> list[str]:
@@ -227,7 +251,11 @@ def prepare(
         shards = list_dataset_shards(root, options.exclude)
         wizard.shards_found(shards)
         split = choose_split(options, wizard)
-    with stage_index(root, shards, split=split, num_workers=options.num_workers, progress=progress) as staged:
+    with stage_index(
+        root, shards, split=split, num_workers=options.num_workers, progress=progress, strict=options.strict
+    ) as staged:
+        if staged.without_end_marker:
+            wizard.shards_without_end_marker(staged.without_end_marker)
         if split is not None:
             definition = wizard.dataset_definition(staged)
             if definition is not None:
@@ -260,6 +288,7 @@ def prepare_dataset(
     sample_type: str | None = None,
     field_map: str | None = None,
     force_overwrite: bool = True,
+    strict: bool = False,
 ) -> dict[str, int]:
     """Prepare the dataset at `root` non-interactively and return its shard counts.
 
@@ -267,7 +296,8 @@ def prepare_dataset(
     `random.Random(shuffle_seed)` (None keeps the sorted order); `split_parts` (["train:train/.*", ...])
     assigns by brace-expanded regex instead. `dataset_yaml` is the text of `.nv-meta/<dataset_yaml_name>`
     to write with the index; or name a `sample_type` (and a `field_map` JSON) to have one made. An
-    existing index is replaced unless `force_overwrite` is False.
+    existing index is replaced unless `force_overwrite` is False. A shard that ends without the
+    end-of-archive marker is indexed with a warning (`warnings.warn`), or refused if `strict`.
     """
     options = PrepareOptions(
         split_ratio=split_ratio if split_ratio is not None or split_parts else "1,0,0",
@@ -281,6 +311,7 @@ def prepare_dataset(
         field_map=field_map,
         dataset_yaml=dataset_yaml,
         dataset_yaml_name=dataset_yaml_name,
+        strict=strict,
     )
     shard_counts = prepare(Path(root), options)
     assert shard_counts is not None  # Unattended never declines: it goes over an index or raises
@@ -294,11 +325,14 @@ def stage_index(
     split: SplitSpec | None,
     num_workers: int | None = None,
     progress: ShardProgress | None = None,
+    strict: bool = False,
 ) -> StagedIndex:
     """Index `shards` under `root` into a staging area: `.tar.idx` files, `index.sqlite`, `index.uuid`,
     `.info.json` and, when `split` is given, `split.yaml`. Nothing is in place until `commit()`.
 
-    With `split=None` (energon's --tar-index-only) `.info.json` and `split.yaml` are not rewritten.
+    With `split=None` (energon's --tar-index-only) `.info.json` and `split.yaml` are not rewritten. With
+    `strict`, a shard without the end-of-archive marker is an error; otherwise it is listed in
+    `without_end_marker`.
     """
     if not shards:
         raise PrepError(f"No shards to index under {root}.")
@@ -307,13 +341,13 @@ def stage_index(
     with ExitStack() as on_error:
         staging = on_error.enter_context(Staging(root, meta_mode=meta_mode))
         staged = StagedIndex(root, shards, staging, file_mode)
-        _insert_rows(staged, workers, progress)
+        _insert_rows(staged, workers, progress, strict)
         _write_meta(staged, split)
         on_error.pop_all()  # success: the caller owns the staging now
     return staged
 
 
-def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | None) -> None:
+def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | None, strict: bool) -> None:
     """Scan every shard in the workers and insert its rows as it comes back, in shard order; every bad
     shard is reported, in one error."""
     root, shards, staging = staged.root, staged.shards, staged.staging
@@ -333,6 +367,11 @@ def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | No
             if isinstance(result, ShardError):
                 errors.append(result)
                 continue
+            if not result.end_marker:
+                if strict:
+                    errors.append(_no_end_marker(result.shard, result.end))
+                    continue
+                staged.without_end_marker.append(result.shard)
             if errors:
                 continue  # keep scanning to report every bad shard, but stop building
             try:
@@ -385,6 +424,17 @@ def _permissions(root: Path, first_shard: Path) -> tuple[int | None, int | None]
         return meta_mode, file_mode
     except OSError:
         return None, None
+
+
+def _no_end_marker(shard: str, end: int) -> ShardError:
+    return ShardError(
+        shard,
+        "ends right after its last member, without the end-of-archive marker (two zero blocks) that tar"
+        " writers put there: it may have been cut short at a member boundary, and --strict refuses it.",
+        offset=end,
+        advice="Check the shard's last samples; without --strict it is indexed to its end, as GNU tar,"
+        " tarfile and energon read it.",
+    )
 
 
 def _shard_errors_report(errors: list[PrepError]) -> PrepError:

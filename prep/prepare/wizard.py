@@ -22,7 +22,14 @@ from prep.index.dataset_yaml import (
     sample_types,
 )
 from prep.index.format import META_DIR, SAMPLE_LOADER_PY
-from prep.prepare.run import MAX_FIELD_MAP_PARTS, PrepareOptions, StagedIndex, Unattended, loader_parts
+from prep.prepare.run import (
+    MAX_FIELD_MAP_PARTS,
+    PrepareOptions,
+    StagedIndex,
+    Unattended,
+    loader_parts,
+    without_end_marker_warning,
+)
 
 
 class TerminalWizard(Unattended):
@@ -45,6 +52,9 @@ class TerminalWizard(Unattended):
             "If you want to exclude some of them, cancel with ctrl+c and specify an exclude filter in the"
             " command line."
         )
+
+    def shards_without_end_marker(self, shards: list[str]) -> None:
+        click.echo(f"Warning: {without_end_marker_warning(shards)}", err=True)
 
     def split_ratio(self) -> str:
         if not self.interactive:

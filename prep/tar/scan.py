@@ -107,7 +107,8 @@ class Member:
 class HeaderWalker:
     """Walks the headers of one memory-mapped shard; `members()` yields its regular files in order.
 
-    After the walk, `end` is where the end-of-archive marker starts (energon's last `.tar.idx` offset) and
+    After the walk, `end` is where the end-of-archive marker starts (energon's last `.tar.idx` offset; the
+    shard's size when `end_marker` is False, for a shard that ends right after its last member's data) and
     `header_offsets` lists every header block visited, for a batched checksum check.
     """
 
@@ -116,6 +117,7 @@ class HeaderWalker:
         self.buf = buffer
         self.size = len(buffer)
         self.end = 0
+        self.end_marker = True
         self.header_offsets = array("q")
         #: Headers whose checksum is wrong, found during the scan (None: not checked yet).
         self._corrupt_headers: list[int] | None = None
@@ -328,6 +330,18 @@ class HeaderWalker:
                 self._release(released, pos - released)
                 released, release_at = pos - pos % mmap.PAGESIZE, pos + RELEASE_STRIDE
             if pos + BLOCK > size:
+                if pos == size and chain_start >= 0:
+                    raise self._fail(
+                        chain_start,
+                        "an extended header is followed by the end of the shard instead of a member: it was"
+                        " cut short.",
+                    )
+                if pos == size and pos > 0:
+                    # The last member is whole but the end-of-archive marker is missing: GNU tar, tarfile
+                    # and energon read such a shard to its end, and so do we (the caller may warn).
+                    self.end, self.end_marker = pos, False
+                    self._corrupt_headers = corrupt + _corrupt_offsets(checked, header_offsets)
+                    return names, starts, data_offsets, sizes
                 raise self._fail(pos, self._short_end_problem(pos))
             typeflag = buf[pos + TYPEFLAG]
             if typeflag == 0 and buf[pos] == 0 and buf[pos : pos + BLOCK] == ZERO_BLOCK:
@@ -444,11 +458,6 @@ class HeaderWalker:
         left = self.size - pos
         if pos == 0 and left == 0:
             return "is an empty file, not a tar archive."
-        if left <= 0:
-            return (
-                "the shard ends without the end-of-archive marker (zero blocks) that every tar writer puts"
-                " there: it was probably cut short at a member boundary."
-            )
         return f"the shard ends inside a header ({left} of its {BLOCK} bytes are there): it was cut short."
 
     @staticmethod

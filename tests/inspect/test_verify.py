@@ -15,8 +15,10 @@ from prep.index import sqlite as index_sqlite
 from prep.index.columns import TextColumn
 from prep.index.sqlite import IndexReader
 from prep.inspect.verify import member_name_fields, verify_dataset
+from prep.prepare import prepare_dataset
 from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
 from tests.support.prepare import run_shardprep
+from tests.support.shards import sample_members, write_tarfile
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,22 @@ def test_field_map_dataset_is_healthy(base):
 def test_cli_exits_zero_and_says_healthy(base):
     result = run_shardprep("verify", str(prepared_dataset(base, "shardprep")))
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy")
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_shard_without_end_marker_is_healthy_and_cut_further_it_is_not(tmp_path, deep):
+    root = tmp_path / "d"
+    shard = write_tarfile(root / "a.tar", sample_members("a-", 3))
+    shard.write_bytes(shard.read_bytes()[: 512 * 12])  # three whole samples, no end-of-archive marker
+    with pytest.warns(UserWarning, match="end-of-archive marker"):
+        prepare_dataset(root, sample_type="CrudeWebdataset")
+    report = verify_dataset(root, deep=deep)
+    assert report.healthy and report.samples == 3, report.problems
+    assert [(warning.where, "end-of-archive marker" in warning.what) for warning in report.warnings] == [
+        ("a.tar", True)
+    ]
+    os.truncate(shard, 512 * 11)  # now the last member's data is gone
+    assert "truncated" in problems_of(root, deep)[0].what
 
 
 def damaged(base: Path, tmp_path: Path, preparer: str) -> Path:

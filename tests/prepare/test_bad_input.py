@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 
+from prep.errors import ShardError
+from prep.prepare import prepare_dataset
 from tests.support.prepare import run_shardprep, snapshot
 from tests.support.shards import sample_members, write_gnu_tar, write_tarfile
 
@@ -26,10 +29,10 @@ def prepared(tmp_path: Path) -> Path:
     return root
 
 
-def fails_cleanly(root: Path, *expected: str) -> str:
+def fails_cleanly(root: Path, *expected: str, flags: tuple[str, ...] = ()) -> str:
     """Run prepare again; it must fail with a message containing `expected` and change nothing on disk."""
     before = snapshot(root)
-    result = run_shardprep("prepare", str(root), *FLAGS)
+    result = run_shardprep("prepare", str(root), *FLAGS, *flags)
     assert result.returncode != 0
     message = result.stderr
     assert "Traceback" not in message, message
@@ -53,10 +56,31 @@ def test_truncated_inside_header_is_refused_not_partially_indexed(prepared: Path
     fails_cleanly(prepared, "shard-002.tar at byte 4096", "ends inside a header")
 
 
-def test_truncated_at_member_boundary_is_refused(prepared: Path) -> None:
+def test_without_end_marker_is_refused_with_strict(prepared: Path) -> None:
     shard = prepared / "shard-002.tar"
-    shard.write_bytes(shard.read_bytes()[: 512 * 8])
-    fails_cleanly(prepared, "shard-002.tar at byte 4096", "end-of-archive marker")
+    shard.write_bytes(shard.read_bytes()[: 512 * 8])  # two whole samples, then nothing
+    message = fails_cleanly(
+        prepared, "shard-002.tar at byte 4096", "end-of-archive marker", flags=("--strict",)
+    )
+    assert "without --strict it is indexed" in message
+
+
+def test_extended_header_at_the_very_end_is_refused(prepared: Path) -> None:
+    shard = prepared / "shard-001.tar"
+    long_name = write_tarfile(prepared.parent / "long.tar", [("k" * 120 + ".txt", b"x")], tarfile.GNU_FORMAT)
+    shard.write_bytes(long_name.read_bytes()[: 512 * 2])  # a GNU long-name header and its name, no member
+    fails_cleanly(prepared, "shard-001.tar at byte 0", "extended header is followed by the end of the shard")
+
+
+def test_without_end_marker_warns_through_the_python_api(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    shard = write_tarfile(root / "a.tar", sample_members("a-", 3))
+    shard.write_bytes(shard.read_bytes()[: 512 * 12])
+    with pytest.warns(UserWarning, match=r"1 shard\(s\) end without the end-of-archive marker .*: a.tar\."):
+        counts = prepare_dataset(root)
+    assert counts == {"a.tar": 3}
+    with pytest.raises(ShardError, match="a.tar at byte 6144"):
+        prepare_dataset(root, strict=True)
 
 
 def test_file_named_tar_that_is_not_a_tar(prepared: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -124,3 +125,28 @@ def test_tar_index_only_rebuilds_indexes_like_energon(tmp_path: Path) -> None:
     run_energon_prepare(str(theirs), "--tar-index-only", "--no-progress")
     assert_same_index(ours, theirs)
     assert (ours / ".nv-meta" / "index.uuid").read_text() != old_uuid
+
+
+def without_end_marker(shard: Path) -> Path:
+    """Cut the end-of-archive marker (and any record padding) off a shard: it ends with its last member."""
+    data = shard.read_bytes()
+    shard.write_bytes(data[: -(-len(data.rstrip(b"\0")) // 512) * 512])
+    return shard
+
+
+def test_shards_without_end_marker_index_like_energon_with_one_warning(tmp_path: Path) -> None:
+    dataset = tmp_path / "no-end"
+    without_end_marker(write_tarfile(dataset / "a.tar", sample_members("a-", 5)))
+    write_tarfile(dataset / "b.tar", sample_members("b-", 5))
+    without_end_marker(write_gnu_tar(dataset / "c.tar", sample_members("c-", 4)))
+    ours, theirs = prepare_both(dataset, *FLAGS, "--sample-type", "CrudeWebdataset")
+    assert_same_index(ours, theirs)
+    assert json.loads((ours / ".nv-meta" / ".info.json").read_text())["shard_counts"] == {
+        "a.tar": 5,
+        "b.tar": 5,
+        "c.tar": 4,
+    }
+    result = run_shardprep("prepare", str(ours), *FLAGS, "--crude", "--force-overwrite", check=True)
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 1 and "2 shard(s) end without the end-of-archive marker" in warnings[0]
+    assert "a.tar, c.tar." in warnings[0] and "b.tar" not in warnings[0]
