@@ -56,6 +56,7 @@ from prep.index.format import (
     SAMPLE_LOADER_PY,
     SPLIT_YAML,
 )
+from prep.index.lock import dataset_lock
 from prep.index.meta import (
     info_json_from_yaml,
     info_json_text,
@@ -242,10 +243,17 @@ def prepare(
     """Prepare the dataset at `root` and return its shard counts (shard name -> samples, in `.info.json`
     order); None if the wizard declined to go over an existing index."""
     wizard = wizard or Unattended(options)
+    check_dataset_root(root)
+    with dataset_lock(root, "prepare"):
+        return _prepare_locked(root, options, wizard, progress)
+
+
+def _prepare_locked(
+    root: Path, options: PrepareOptions, wizard: Wizard, progress: ShardProgress | None
+) -> dict[str, int] | None:
     if options.tar_index_only:
         shards, split = reindexed_shards(root, options.exclude), None
     else:
-        check_dataset_root(root)
         if is_prepared(root) and not wizard.go_over_existing(root):
             return None
         shards = list_dataset_shards(root, options.exclude)

@@ -35,6 +35,7 @@ from pathlib import Path
 from prep.errors import PrepError
 from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_dataset, find_sample_type
 from prep.index.format import META_DIR, METADATASET_YAML
+from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.staging import Staging
 from prep.processes import in_child, ordered_map, worker_count
 from prep.tar.fields import END_OF_ARCHIVE
@@ -214,7 +215,9 @@ class WriteRun:
         builds = [build for build in (self.aux_build, self.primary) if build is not None]
         if self.options.overwrite:
             keep = set().union(
-                self.staging.staged_paths(), *(build.staging.staged_paths() for build in builds)
+                self.staging.staged_paths(),
+                *(build.staging.staged_paths() for build in builds),
+                {self.out_dir / LOCK_FILE},
             )
             _clear_old_contents(self.out_dir, keep)
         for build in builds:
@@ -259,13 +262,16 @@ def write(
     progress: Callable[[WriteProgress], None] | None = None,
 ) -> WriteSummary:
     """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
-    _check_out_dir(out_dir, options.overwrite)
-    with WriteRun(out_dir, options, progress) as run:
-        if not _write_jsonl_in_parallel(run, sources):
-            _write_records(run, sources)
-        run.report()
-        run.finish(options.definition())
-        run.commit()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
+    with dataset_lock(out_dir, "write"):
+        _check_out_dir(out_dir, options.overwrite)
+        with WriteRun(out_dir, options, progress) as run:
+            if not _write_jsonl_in_parallel(run, sources):
+                _write_records(run, sources)
+            run.report()
+            run.finish(options.definition())
+            run.commit()
     return run.summary()
 
 
@@ -383,9 +389,7 @@ def _show(record: Record) -> str:
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+    if any(entry.name != LOCK_FILE for entry in out_dir.iterdir()) and not overwrite:
         raise PrepError(
             f"{out_dir} is not empty. Give a new or empty folder, or pass --overwrite to replace its contents"
             " (the old contents stay until the new dataset is complete)."
