@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from prep.errors import PrepError
+from prep.index.lock import LOCK_FILE
 from prep.processes import WorkerTraceback, ordered_map, worker_count
 from tests.support.leftovers import GROUP, PARENT, processes_where
-from tests.support.prepare import REPO, run_shardprep
+from tests.support.prepare import REPO, run_shardprep, snapshot
 
 
 def square_slowly_in_reverse(number: int, count: int) -> tuple[int, int]:
@@ -142,7 +143,28 @@ def test_prepare_killed_mid_run_leaves_no_worker_and_a_rerun_succeeds(many_shard
 
 @pytest.mark.parametrize("delay", [0.0, 0.3, 0.8])
 def test_write_killed_mid_run_leaves_no_worker_and_a_rerun_succeeds(rows_jsonl, tmp_path, delay):
-    command = ["write", str(rows_jsonl), str(tmp_path / "out"), "--num-workers", "2"]
+    out = tmp_path / "out"
+    command = ["write", str(rows_jsonl), str(out), "--num-workers", "2"]
     sigkill_mid_run(command, delay)
-    run_shardprep(*command, "--overwrite", check=True)
-    assert len(list((tmp_path / "out").glob("*.tar"))) == ROWS // 10_000
+    assert not (out / ".nv-meta").exists(), "a killed write left a dataset that looks complete"
+    run_shardprep(*command, check=True)  # no --overwrite: what the killed run staged is not a dataset
+    assert sorted(path.name for path in out.iterdir()) == [
+        ".nv-meta",
+        *sorted(
+            f"shard-{number:06d}.tar{suffix}" for number in range(ROWS // 10_000) for suffix in ("", ".idx")
+        ),
+    ]
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.4, 1.0])
+def test_a_write_over_a_dataset_killed_mid_run_leaves_the_old_one_whole(rows_jsonl, tmp_path, delay):
+    out = tmp_path / "out"
+    old_source = tmp_path / "old.jsonl"
+    old_source.write_text('{"text": "the old dataset"}\n')
+    run_shardprep("write", str(old_source), str(out), check=True)
+    before = snapshot(out)
+    sigkill_mid_run(["write", str(rows_jsonl), str(out), "--num-workers", "2", "--overwrite"], delay)
+    run_shardprep("verify", str(out), check=True)  # removes nothing: verify takes no lock
+    left = {name for name in snapshot(out) if ".shardprep-" not in name and name != LOCK_FILE}
+    assert left == set(before), "the killed write changed the old dataset"
+    assert all(snapshot(out)[name] == before[name] for name in left)

@@ -9,8 +9,10 @@ the owner (pid, host, command and start time, which the owner writes into the fi
         ...   # stage, build, commit
 
 The kernel drops a `flock` when its holder dies, whatever kills it, so a lock left by a killed run is
-stale by construction: the next run takes it over without asking. The file is removed when the run
-ends. On a filesystem without `flock` (some network mounts) runs are not serialised, and nothing fails.
+stale by construction: the next run takes it over without asking, and removes what the killed run had
+staged (`prep.index.staging.remove_leftovers`), which only the lock's holder may do. The file is removed
+when the run ends. On a filesystem without `flock` (some network mounts) runs are not serialised and
+leftovers stay, and nothing fails.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from prep.errors import PrepError
+from prep.index.staging import remove_leftovers
 
 LOCK_FILE = ".shardprep.lock"
 
@@ -41,11 +44,13 @@ def dataset_lock(root: Path, command: str) -> Iterator[None]:
         raise PrepError(f"Cannot make the folder {root} ({error.strerror}).") from None
     path = root / LOCK_FILE
     try:
-        fd = _acquire(path, command)
+        fd, exclusive = _acquire(path, command)
     except BaseException:
         _remove_if_empty(missing)
         raise
     try:
+        if exclusive:
+            remove_leftovers(root)
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": _now()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(owner) + "\n").encode(), 0)
@@ -69,7 +74,8 @@ def _remove_if_empty(folders: list[Path]) -> None:
             return
 
 
-def _acquire(path: Path, command: str) -> int:
+def _acquire(path: Path, command: str) -> tuple[int, bool]:
+    """The lock file's descriptor, locked, and whether the lock is real (False: no flock here)."""
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -91,13 +97,13 @@ def _acquire(path: Path, command: str) -> int:
             if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 os.close(fd)
                 raise
-            return fd  # no flock on this filesystem: go on unserialised
+            return fd, False  # no flock on this filesystem: go on unserialised
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
             same = False
         if same:
-            return fd
+            return fd, True
         os.close(fd)  # the previous owner removed the file as we opened it: lock the new one
 
 

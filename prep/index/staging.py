@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -28,6 +29,8 @@ from prep.index.format import INDEX_SQLITE, META_DIR, tar_index_name
 #: Files a prepare always rebuilds; the rest of an existing `.nv-meta` (dataset.yaml, sample_loader.py,
 #: the user's own files) is carried over unless the run writes a new version.
 _REBUILT = frozenset({INDEX_SQLITE})
+#: What `Staging._staged_name` makes, and nothing a user would name a file.
+_STAGED_NAME = re.compile(r".+\.shardprep-[0-9a-f]{12}\.(tmp|old)")
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -153,3 +156,26 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         if not self._committed:
             self.abort()
+
+
+def remove_leftovers(root: Path) -> int:
+    """Remove what runs killed before they could clean up (SIGKILL, a power cut) staged under `root`, and
+    return how many files and folders went. Only safe while holding the dataset's lock
+    (`prep.index.lock`): then no other run is staging there."""
+    if not root.is_dir():
+        return 0
+    removed = 0
+    for folder, dirs, files in os.walk(root):
+        for name in [name for name in dirs if _STAGED_NAME.fullmatch(name)]:
+            dirs.remove(name)
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                os.unlink(path)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+        for name in files:
+            if _STAGED_NAME.fullmatch(name):
+                os.unlink(os.path.join(folder, name))
+                removed += 1
+    return removed

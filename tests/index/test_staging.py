@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prep.index.staging import Staging
+from prep.index.staging import Staging, remove_leftovers
 
 
 def listing(root: Path) -> dict[str, bytes | None]:
@@ -62,3 +62,17 @@ def test_a_staging_without_index_made_its_root_and_removes_it_again(tmp_path: Pa
         with pytest.raises(ValueError):
             staging.meta_file("dataset.yaml")
     assert not out.exists()
+
+
+def test_leftovers_of_a_killed_run_are_exactly_what_staging_names(tmp_path: Path) -> None:
+    root = tmp_path / "dataset"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.tar").write_bytes(b"kept")
+    (root / "notes.shardprep-draft.tmp").write_text("a user's file: not a staged name")
+    before = listing(root)
+    staging = Staging(root)  # never committed nor aborted, as when SIGKILL ends the run
+    staging.temp_path(root / "sub" / "b.tar").write_bytes(b"b")
+    staging.temp_path(root / "c.tar.idx").write_bytes(b"c")
+    staging.meta_file("index.sqlite").write_bytes(b"db")
+    assert remove_leftovers(root) == 3
+    assert listing(root) == before
