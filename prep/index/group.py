@@ -116,6 +116,8 @@ def _group_one_by_one(
 
 def _sizes(starts: array, end: int) -> array:
     """Each sample's size: from its start to the next sample's start (the last one to `end`)."""
+    if not starts:
+        return array("q")
     sizes = array("q", starts[1:])
     sizes.append(end)
     for i, start in enumerate(starts):

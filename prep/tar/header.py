@@ -133,6 +133,10 @@ def parse_pax(data: bytes) -> dict[str, str]:
         length = int(data[pos:space])
         if length <= 0:
             raise ValueError("a PAX record of length 0")
+        if pos + length > len(data) or data[pos + length - 1] != 0x0A:
+            raise ValueError(
+                f"a PAX record claims {length} bytes, which do not end in a newline inside the header"
+            )
         record = data[space + 1 : pos + length - 1]
         keyword, eq, value = record.partition(b"=")
         if not eq:

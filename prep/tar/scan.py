@@ -404,8 +404,11 @@ class HeaderWalker:
                     chain_start = pos
                 data = buf[offset_data:data_end]
                 if typeflag == GNU_LONGNAME:
+                    # tarfile (so energon) reads the name up to the first NUL of its whole blocks, also
+                    # when the size field leaves the NUL out
+                    padded = buf[offset_data : min(offset_data + block_ceil(member_size), size)]
                     try:
-                        long_name = _text(data)
+                        long_name = _text(padded)
                     except UnicodeDecodeError:
                         raise self._fail(pos, NOT_UTF8) from None
                 elif typeflag != GNU_LONGLINK and _pax_may_change_index(data):

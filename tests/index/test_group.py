@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prep.index.group import SAMPLE_NAME_RE, SKIP_META_RE, key_and_part
+from prep.index.group import SAMPLE_NAME_RE, SKIP_META_RE, key_and_part, shard_rows
+from tests.support.shards import sample_members, write_tarfile
 
 
 @given(st.text(alphabet="ab._/_-", max_size=12))
@@ -41,3 +42,10 @@ def test_vectorised_grouping_agrees_with_member_by_member_grouping(tmp_path: Pat
     assert vectorised.sample_keys[0] == f"{prefix}00000" and vectorised.keys_between(29, 30) == [
         f"{prefix}00029"
     ]
+
+
+def test_a_shard_whose_first_block_is_zero_has_no_rows_of_any_kind(tmp_path: Path) -> None:
+    shard = write_tarfile(tmp_path / "a.tar", sample_members("a-", 2))
+    shard.write_bytes(bytes(512) + shard.read_bytes()[512:])  # reads as an empty tar, as in tarfile
+    rows = shard_rows(str(shard), "a.tar", 0)
+    assert (rows.count, rows.sample_rows(), rows.part_rows(), list(rows.sample_sizes)) == (0, [], [], [])
