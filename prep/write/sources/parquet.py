@@ -66,7 +66,13 @@ class ParquetSource:
         base = self.path.parent
         row = 0
         for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group, columns=columns)
+            try:
+                table = parquet.read_row_group(group, columns=columns)
+            except Exception as error:  # a damaged page or footer: pyarrow's OSError or ArrowException
+                raise PrepError(
+                    f"{self.name}: row group {group} (after row {row}) cannot be read: {error}. The file is"
+                    " damaged or was cut short; write it again from its source."
+                ) from None
             if bad:
                 reason = "; ".join(
                     f"column {name!r} has type {kind}, which has no JSON form" for name, kind in bad.items()
