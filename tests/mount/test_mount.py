@@ -28,6 +28,7 @@ from tests.support.datasets import (
 )
 from tests.support.leftovers import end_process, unmount_quietly
 from tests.support.prepare import REPO, run_shardprep
+from tests.support.shards import hostile_shard
 
 FUSE_MISSING = fuse_problem()
 pytestmark = pytest.mark.skipif(FUSE_MISSING is not None, reason=f"FUSE unavailable: {FUSE_MISSING}")
@@ -365,3 +366,20 @@ def test_files_opened_by_path_without_a_listing_have_their_bytes(base, tmp_path,
             assert (mounted.mountpoint / relative).read_bytes() == expected[relative], relative
         some_folder = Path(sorted(expected)[0]).parent
         assert not (mounted.mountpoint / some_folder / "no-such-part").exists()
+
+
+def test_hostile_names_stay_inside_the_mount_in_every_view(tmp_path):
+    dataset = tmp_path / "hostile"
+    hostile_shard(dataset / "a.tar")
+    run_shardprep(
+        "prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True
+    )
+    for view in ("flat", "sample", "shard"):
+        with Mounted(dataset, tmp_path / f"mnt-{view}", "--view", view) as mounted:
+            top = os.path.realpath(mounted.mountpoint)
+            for folder, dirs, names in os.walk(mounted.mountpoint):
+                for name in dirs + names:
+                    assert "/" not in name and "\0" not in name and name not in (".", "..")
+                    assert os.path.realpath(os.path.join(folder, name)).startswith(top + os.sep)
+            files = files_under(mounted.mountpoint)
+            assert files, f"the {view} view is empty"

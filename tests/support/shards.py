@@ -99,3 +99,29 @@ def tricky_members(prefix: str) -> Members:
         (f"{prefix}plain000005.bin", bytes(range(256)) * 3),
         (f"{prefix}dot/.hidden.txt", b"energon's regex makes the key 'dot/'"),
     ]
+
+
+HOSTILE_NAMES = [
+    "../../../etc/passwd.txt",
+    "/absolute/path/s1.txt",
+    "a\nb/s2.txt",
+    "tab\there/s3.txt",
+    "x" * 65_536 + "/s4.txt",
+    "/".join(["d"] * 300) + "/s5.txt",
+    "nul\0inside/s6.txt",
+    "./s7.txt",
+    "s8..txt",
+    "s9.txt/",
+]
+
+
+def hostile_shard(path: Path) -> Path:
+    """Members with hostile names, each holding its own name, written by tarfile in PAX format."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name in HOSTILE_NAMES:
+            info = tarfile.TarInfo(name)
+            data = name.encode("utf-8", "surrogateescape")[:100]
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
