@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from prep.errors import PrepError, ShardError
+from prep.errors import PrepError, ShardError, plain_io_errors
 from prep.index.dataset_yaml import (
     DatasetDefinition,
     check_definition,
@@ -244,7 +244,7 @@ def prepare(
     order); None if the wizard declined to go over an existing index."""
     wizard = wizard or Unattended(options)
     check_dataset_root(root)
-    with dataset_lock(root, "prepare"):
+    with plain_io_errors(root, "prepare"), dataset_lock(root, "prepare"):
         return _prepare_locked(root, options, wizard, progress)
 
 

@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prep.errors import PrepError
+from prep.errors import PrepError, plain_io_errors
 from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_dataset, find_sample_type
 from prep.index.format import META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
@@ -228,12 +228,18 @@ class WriteRun:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        """Close the run's files; unless committed, the builds and then the staging (which made out_dir,
-        empty only now) remove everything the run wrote."""
-        if self.spool is not None:
-            self.spool.close()
-        if self.rejects_file is not None:
-            self.rejects_file.close()
+        """Close the run's files; unless committed, the builds and then the staging remove everything the
+        run wrote (and `write`'s lock then removes out_dir if it made it)."""
+        failure: OSError | None = None
+        for file in (self.spool, self.rejects_file):
+            try:
+                if file is not None:
+                    file.close()
+            except OSError as error:  # a full disk fails the last flush; the staged files go all the same
+                failure = failure or error
+        if exc_info[0] is None and failure is not None:
+            self._staged.__exit__(type(failure), failure, failure.__traceback__)
+            raise failure
         self._staged.__exit__(*exc_info)
 
     def summary(self) -> WriteSummary:
@@ -264,7 +270,7 @@ def write(
     """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
-    with dataset_lock(out_dir, "write"):
+    with plain_io_errors(out_dir, "write"), dataset_lock(out_dir, "write"):
         _check_out_dir(out_dir, options.overwrite)
         with WriteRun(out_dir, options, progress) as run:
             if not _write_jsonl_in_parallel(run, sources):

@@ -113,7 +113,10 @@ class ShardFile:
         return self.pos + len(END_OF_ARCHIVE)
 
     def abort(self) -> None:
-        self.file.close()
+        try:
+            self.file.close()  # flushes what is buffered, which fails on a full disk: the file goes anyway
+        except OSError:
+            pass
         self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> ShardFile:
