@@ -1,5 +1,6 @@
-"""Tokenizer adapter: one small interface over a Hugging Face `tokenizers.Tokenizer` or a `transformers`
-tokenizer, returning numpy token arrays with BOS/EOS added the way the caller configured.
+"""Tokenizer adapter: one small interface over a Hugging Face `tokenizers.Tokenizer`, a `transformers`
+tokenizer or a sentencepiece model, returning numpy token arrays with BOS/EOS added the way the caller
+configured.
 
 The adapter adds BOS/EOS itself (special tokens of the underlying tokenizer's post-processor are turned
 off), so the same configuration gives the same tokens whatever tokenizer sits underneath.
@@ -76,6 +77,54 @@ class TokenizerAdapter:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=True)
 
 
+class SentencePieceBackend:
+    """A sentencepiece model behind the calls `TokenizerAdapter` makes of a `transformers` tokenizer."""
+
+    def __init__(self, processor: object) -> None:
+        self.processor = processor
+
+    def __call__(self, texts: Sequence[str], add_special_tokens: bool = False) -> dict[str, list[list[int]]]:
+        return {"input_ids": self.processor.encode(list(texts))}
+
+    def __len__(self) -> int:
+        return int(self.processor.get_piece_size())
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.processor.decode(ids)
+
+
+def _load_sentencepiece(
+    path: Path, add_bos: bool, add_eos: bool, bos: str | None, eos: str | None, pad: str | None
+) -> TokenizerAdapter:
+    """A sentencepiece `.model` file; special tokens default to the model's own BOS, EOS and PAD."""
+    try:
+        import sentencepiece
+    except ImportError as error:
+        raise ImportError(
+            f"{path} is a sentencepiece model, and reading it needs the sentencepiece package:"
+            " pip install 'shardprep[sentencepiece]'"
+        ) from error
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+
+    def token_id(explicit: str | None, default: int) -> int | None:
+        if explicit is None:
+            return default if default >= 0 else None
+        found = processor.piece_to_id(explicit)
+        if processor.id_to_piece(found) != explicit:
+            raise ValueError(f"token {explicit!r} is not in the vocabulary of {path}")
+        return found
+
+    pad_id = token_id(pad, processor.pad_id())
+    return TokenizerAdapter(
+        SentencePieceBackend(processor),
+        token_id(bos, processor.bos_id()),
+        token_id(eos, processor.eos_id()),
+        pad_id if pad_id is not None else 0,
+        add_bos,
+        add_eos,
+    )
+
+
 def load_tokenizer(
     name_or_path: str | Path,
     add_bos: bool = False,
@@ -84,13 +133,16 @@ def load_tokenizer(
     eos_token: str | None = None,
     pad_token: str | None = None,
 ) -> TokenizerAdapter:
-    """Load a tokenizer: a `tokenizer.json` file (or a folder holding one) through `tokenizers`,
-    anything else through `transformers.AutoTokenizer` when that package is installed.
+    """Load a tokenizer: a `tokenizer.json` file (or a folder holding one) through `tokenizers`, a
+    sentencepiece `.model` file through `sentencepiece`, anything else through
+    `transformers.AutoTokenizer` when that package is installed.
 
     Special tokens default to the tokenizer's own (transformers) or to the first of `<s>`/`<bos>`,
     `</s>`/`<eos>`, `<pad>` found in the vocabulary (tokenizers).
     """
     path = Path(name_or_path)
+    if path.is_file() and path.suffix == ".model":
+        return _load_sentencepiece(path, add_bos, add_eos, bos_token, eos_token, pad_token)
     json_file = path / "tokenizer.json" if path.is_dir() else path
     if json_file.is_file() and json_file.suffix == ".json":
         from tokenizers import Tokenizer
