@@ -7,7 +7,6 @@ command prints one "mounted at" line and returns.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,19 +14,22 @@ import click
 
 from prep.cli import dataset_argument
 from prep.errors import PrepError
+from prep.mount.device import mounted_here, server_gone, unmount
 from prep.mount.tree import View
 
 READY_PREFIX = "mounted at "
 
 
 def _check_mountpoint(mountpoint: Path) -> None:
+    if mounted_here(str(mountpoint)) is not None:
+        gone = " whose server has died (it answers 'Transport endpoint is not connected')"
+        raise PrepError(
+            f"{mountpoint} is already a mount point{gone if server_gone(str(mountpoint)) else ''}. Unmount it"
+            f" first with `shardprep umount {mountpoint}`."
+        )
     if mountpoint.exists() and not mountpoint.is_dir():
         raise PrepError(
             f"The mount point {mountpoint} is a file; give an empty folder (or a path to create)."
-        )
-    if os.path.ismount(mountpoint):
-        raise PrepError(
-            f"{mountpoint} is already a mount point. Unmount it first with `shardprep umount {mountpoint}`."
         )
     mountpoint.mkdir(parents=True, exist_ok=True)
 
@@ -87,14 +89,14 @@ def mount_command(
 def umount_command(mountpoint: Path, lazy: bool) -> None:
     """Unmount a dataset mounted with `shardprep mount`."""
     mountpoint = mountpoint.absolute()
-    if not os.path.ismount(mountpoint):
+    if mounted_here(str(mountpoint)) is None:
         raise PrepError(f"{mountpoint} is not a mount point, so there is nothing to unmount.")
-    from prep.mount.device import unmount
-
+    dead = server_gone(str(mountpoint))
     reason = unmount(str(mountpoint), lazy)
     if reason is not None:
         raise PrepError(
-            f"Unmounting {mountpoint} failed: {reason}. If a program still has files open there, close it or"
-            " use `shardprep umount --lazy`."
+            f"Unmounting {mountpoint} failed: {reason}. If a program still has files open there (`fuser -m"
+            f" {mountpoint}` names it), close it, or detach the mount now and let it go when they close with"
+            f" `shardprep umount --lazy {mountpoint}`."
         )
-    click.echo(f"unmounted {mountpoint}")
+    click.echo(f"unmounted {mountpoint}" + (" (its server had died)" if dead else ""))

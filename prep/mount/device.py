@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
+import re
 import shutil
 import socket
 import stat
@@ -23,6 +25,36 @@ FUSE_INSTALL_HINT = (
     "On Debian/Ubuntu install it with `apt-get install fuse3`; in a container also start it with"
     " `--device /dev/fuse --cap-add SYS_ADMIN`."
 )
+
+
+def mounted_here(path: str) -> str | None:
+    """The filesystem type mounted at `path` (e.g. "fuse.shardprep"), from this process's mount table, or
+    None. Unlike os.path.ismount it also sees a FUSE mount whose server has died (where every stat fails
+    with ENOTCONN)."""
+    target = os.path.abspath(path)
+    try:
+        table = open("/proc/self/mountinfo").read().splitlines()
+    except OSError:  # pragma: no cover - not Linux
+        return "unknown" if os.path.ismount(target) else None
+    for line in reversed(table):  # the last mount at a path is the one in effect
+        fields = line.split()
+        if _unescape(fields[4]) == target:
+            return fields[fields.index("-") + 1]
+    return None
+
+
+def server_gone(path: str) -> bool:
+    """Whether `path` is a FUSE mount whose server has died (ENOTCONN)."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        return error.errno == errno.ENOTCONN
+    return False
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in paths as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
 
 
 def fuse_problem() -> str | None:

@@ -116,6 +116,8 @@ class FuseSession:
                     if error.errno == errno.ENOENT:  # the request was interrupted before we took it
                         continue
                     return  # ENODEV: unmounted
+                if length == 0:  # the device's other end is gone (a socket in the protocol tests)
+                    return
                 if length < wire.IN_HEADER.size:
                     continue
                 _, opcode, unique, nodeid = request_head(buffer)
@@ -157,11 +159,18 @@ class FuseSession:
 
     # -- requests ------------------------------------------------------------------------------------
     def _init(self, unique: int, nodeid: int, body: memoryview) -> None:
-        major, _, _, flags = wire.INIT_IN.unpack_from(body)
-        if major != wire.KERNEL_MAJOR:
+        major, minor, _, flags = wire.INIT_IN.unpack_from(body)
+        try:
+            if major != wire.KERNEL_MAJOR:
+                raise ValueError(
+                    f"the kernel speaks FUSE {major}.{minor}; the mount speaks {wire.KERNEL_MAJOR}.x"
+                )
+            reply = wire.pack_init_reply(flags, MAX_PAGES, minor)
+        except ValueError as error:
+            print(f"shardprep mount: {error}", file=sys.stderr, flush=True)
             self._error(unique, errno.EPROTO)
             return
-        self._reply(unique, wire.pack_init_reply(flags, MAX_PAGES))
+        self._reply(unique, reply)
         self.initialised.set()
 
     def _lookup(self, unique: int, nodeid: int, body: memoryview) -> None:

@@ -13,6 +13,8 @@ from enum import IntEnum
 
 KERNEL_MAJOR = 7
 KERNEL_MINOR = 38
+#: The oldest protocol whose request and reply layouts (entries, attributes) are the ones below.
+MIN_KERNEL_MINOR = 12
 
 
 class Opcode(IntEnum):
@@ -94,6 +96,7 @@ IN_HEADER_START = struct.Struct("<IIQQ")  # the part of it a read-only filesyste
 OUT_HEADER = struct.Struct("<IiQ")  # len, error (negative errno), unique
 INIT_IN = struct.Struct("<IIII")  # major, minor, max_readahead, flags (flags2 follows from 7.36)
 INIT_OUT = struct.Struct("<IIIIHHIIHHI7I")  # ... max_background, congestion, max_write, time_gran, max_pages
+INIT_OUT_COMPAT_22 = 24  # the INIT reply's size for kernels before 7.23: up to max_write
 READ_IN = struct.Struct("<QQII")  # fh, offset, size, read_flags (lock_owner, flags follow)
 OPEN_OUT = struct.Struct("<QII")  # fh, open_flags, padding
 ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # ino size blocks atime mtime ctime *nsec mode nlink uid gid ...
@@ -196,13 +199,24 @@ class NodePacker:
         )
 
 
-def pack_init_reply(kernel_flags: int, max_pages: int) -> bytes:
-    """The INIT reply: our protocol version and the features we take from those the kernel offers."""
+def pack_init_reply(kernel_flags: int, max_pages: int, kernel_minor: int = KERNEL_MINOR) -> bytes:
+    """The INIT reply to a kernel speaking 7.`kernel_minor`: the lower of its version and ours, the features
+    we take from those it offers, in the reply size its version expects (24 bytes before 7.23, whose
+    fields end at max_write; the whole struct after; `max_pages` means something only from 7.28).
+
+    >>> [len(pack_init_reply(0, 256, minor)) for minor in (22, 23, 38, 45)]
+    [24, 64, 64, 64]
+    """
+    if kernel_minor < MIN_KERNEL_MINOR:
+        raise ValueError(
+            f"the kernel speaks FUSE 7.{kernel_minor}; the mount needs 7.{MIN_KERNEL_MINOR} or newer"
+        )
+    minor = min(kernel_minor, KERNEL_MINOR)
     wanted = ASYNC_READ | DO_READDIRPLUS | PARALLEL_DIROPS | MAX_PAGES
     flags = kernel_flags & wanted
-    return INIT_OUT.pack(
-        KERNEL_MAJOR, KERNEL_MINOR, 1 << 20, flags, 64, 48, 4096, 1, max_pages, 0, 0, *([0] * 7)
-    )
+    pages = max_pages if minor >= 28 else 0
+    reply = INIT_OUT.pack(KERNEL_MAJOR, minor, 1 << 20, flags, 64, 48, 4096, 1, pages, 0, 0, *([0] * 7))
+    return reply[:INIT_OUT_COMPAT_22] if minor < 23 else reply
 
 
 def pack_statfs(blocks: int, files: int) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -383,3 +384,37 @@ def test_hostile_names_stay_inside_the_mount_in_every_view(tmp_path):
                     assert os.path.realpath(os.path.join(folder, name)).startswith(top + os.sep)
             files = files_under(mounted.mountpoint)
             assert files, f"the {view} view is empty"
+
+
+def test_a_killed_server_leaves_a_dead_mount_that_umount_cleans_and_a_new_mount_works(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    with Mounted(dataset, mountpoint) as mounted:
+        os.kill(mounted.pid, signal.SIGKILL)
+        assert end_process(mounted.pid)
+        with pytest.raises(OSError) as raised:
+            os.stat(mountpoint)
+        assert raised.value.errno == errno.ENOTCONN
+        again = run_shardprep("mount", str(dataset), str(mountpoint))
+        assert again.returncode != 0 and "server has died" in again.stderr and "umount" in again.stderr
+        result = run_shardprep("umount", str(mountpoint), check=True)
+        assert "its server had died" in result.stdout
+    with Mounted(dataset, mountpoint) as mounted:
+        assert files_under(mounted.mountpoint) == expected_files(dataset, "flat")
+
+
+def test_umount_of_a_busy_mount_says_so_and_lazy_detaches_it(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        reader = open(mounted.mountpoint / "s0_000.txt", "rb")  # noqa: SIM115 - held open on purpose
+        try:
+            busy = run_shardprep("umount", str(mounted.mountpoint))
+            assert busy.returncode != 0 and "busy" in busy.stderr.lower(), busy.stderr
+            assert "shardprep umount --lazy" in busy.stderr
+            assert os.path.ismount(mounted.mountpoint)
+            run_shardprep("umount", "--lazy", str(mounted.mountpoint), check=True)
+            assert not os.path.ismount(mounted.mountpoint)
+            assert reader.read() == b"sample 0\n"  # an open file goes on working after a lazy unmount
+        finally:
+            reader.close()
+        assert end_process(mounted.pid), "the server did not end once the last file closed"

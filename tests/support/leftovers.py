@@ -13,13 +13,13 @@ import signal
 import time
 from pathlib import Path
 
-from prep.mount.device import unmount
+from prep.mount.device import mounted_here, unmount
 
 
 def unmount_quietly(mountpoint: Path, server_pid: int | None = None) -> None:
     """Unmount `mountpoint` if it is mounted (lazily, so open files cannot stop it), then wait up to 5 s
     for its server process to end and kill it if it has not: for the clean-up of a test, pass or fail."""
-    if os.path.ismount(mountpoint):
+    if mounted_here(str(mountpoint)) is not None:  # a mount whose server died is one too
         unmount(str(mountpoint), lazy=True)
     if server_pid is not None:
         end_process(server_pid)
