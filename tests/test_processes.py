@@ -99,9 +99,10 @@ def many_shards(rows_jsonl, tmp_path_factory) -> Path:
     return dataset
 
 
-def sigkill_mid_run(args: list[str], delay: float) -> None:
+def sigkill_mid_run(args: list[str], delay: float, sent: signal.Signals = signal.SIGKILL) -> int:
     """Start `shardprep ARGS` in its own process group, wait until its first worker is up and then
-    `delay` seconds more, SIGKILL it, and check that within 2 s no process of its group is left."""
+    `delay` seconds more, send it `sent`, and check that within 2 s no process of its group is left.
+    Returns its exit code."""
     process = subprocess.Popen(
         [sys.executable, "-m", "prep", *args],
         cwd=REPO,
@@ -118,13 +119,14 @@ def sigkill_mid_run(args: list[str], delay: float) -> None:
             f"the run ended within {delay} s of its first worker: give it more data"
         )
         assert processes_where(PARENT, process.pid), "no worker was running at the kill"
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
+        os.kill(process.pid, sent)
+        process.wait(timeout=30)
         deadline = time.monotonic() + 2
         while processes_where(GROUP, process.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         left = processes_where(GROUP, process.pid)
         assert not left, f"processes of the killed run still alive 2 s later: {left}"
+        return process.returncode
     finally:
         for pid in processes_where(GROUP, process.pid):
             os.kill(pid, signal.SIGKILL)
@@ -168,3 +170,15 @@ def test_a_write_over_a_dataset_killed_mid_run_leaves_the_old_one_whole(rows_jso
     left = {name for name in snapshot(out) if ".shardprep-" not in name and name != LOCK_FILE}
     assert left == set(before), "the killed write changed the old dataset"
     assert all(snapshot(out)[name] == before[name] for name in left)
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_mid_run_cleans_up_at_once(many_shards, rows_jsonl, tmp_path, sent):
+    dataset = shutil.copytree(many_shards, tmp_path / "dataset")
+    before = snapshot(dataset)
+    prepare = ["prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--num-workers", "2"]
+    assert sigkill_mid_run(prepare, 0.05, sent) != 0
+    assert snapshot(dataset) == before, "an interrupted prepare left files behind or changed some"
+    out = tmp_path / "out"
+    assert sigkill_mid_run(["write", str(rows_jsonl), str(out), "--num-workers", "2"], 0.3, sent) != 0
+    assert not out.exists(), "an interrupted write into a new folder left it behind"
