@@ -148,7 +148,8 @@ def report(result: SoakResult, threads: int) -> str:
             f"ls -R: {result.listings} times, median {listing[len(listing) // 2]:.2f} s"
             if listing
             else "ls -R: -",
-            f"server RSS: {rss[0]:.1f} MB at the start, peak {max(rss):.1f} MB, {rss[-1]:.1f} MB at the end",
+            f"server RSS: {rss[0]:.1f} MB at the start, peak {max(rss):.1f} MB, {rss[-1]:.1f} MB at the end;"
+            " by tenths of the run: " + " ".join(f"{rss[len(rss) * tenth // 10]:.1f}" for tenth in range(10)),
         ]
     )
 
