@@ -28,6 +28,7 @@ from cookers.records_layout import IGNORE_INDEX
 from cookers.records_options import AssemblyOptions
 from cookers.tokenizer import load_tokenizer
 from prep.write import open_sources, write_dataset
+from tests.support.loader import batches_around_a_restore
 from tools.train_tokenizer import train_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
@@ -206,15 +207,7 @@ def test_restored_loader_state_gives_the_same_next_batches(dataset, tokenizer, m
         )
         return get_savable_loader(load(dataset, encoder, buffer=buffer, workers=1, batch_size=1))
 
-    loader = fresh()
-    iterator = iter(loader)
-    for _ in range(3):
-        next(iterator)
-    state = loader.save_state_rank()
-    expected = list(iterator)  # to the end, so the worker finishes on its own
-    restored = fresh()
-    restored.restore_state_rank(state)
-    got = list(restored)
+    expected, got = batches_around_a_restore(fresh)
     assert len(expected) > 3 and [a.__key__ for a in got] == [b.__key__ for b in expected]
     for a, b in zip(got, expected, strict=True):
         assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.labels, b.labels)

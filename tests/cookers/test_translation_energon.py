@@ -18,6 +18,7 @@ from cookers.energon_translation import (
 )
 from cookers.tokenizer import TokenizerAdapter, load_tokenizer
 from cookers.translation import LengthBuckets, LengthLimits, alignment_matrix_from_pharaoh
+from tests.support.loader import batches_around_a_restore
 from tests.support.prepare import run_shardprep
 from tools.bench_translation import parallel_corpus, train_word_tokenizer
 
@@ -125,20 +126,8 @@ def test_restored_loader_state_gives_the_same_next_batches(corpus, sides, worker
     def fresh():
         return get_savable_loader(load(folder, encoder, workers=workers, shuffle=20))
 
-    loader = fresh()
-    iterator = iter(loader)
-    for _ in range(3):
-        next(iterator)
-    state = loader.save_state_rank()
-    expected = [next(iterator) for _ in range(4)]
-    rest = list(iterator)  # run the worker to its end, so that it exits at once
-
-    restored = fresh()
-    restored.restore_state_rank(state)
-    iterator = iter(restored)
-    got = [next(iterator) for _ in range(4)]
-    assert [b.__key__ for b in list(iterator)] == [b.__key__ for b in rest]
-    assert [b.__key__ for b in got] == [b.__key__ for b in expected]
+    expected, got = batches_around_a_restore(fresh)
+    assert len(expected) >= 4 and [b.__key__ for b in got] == [b.__key__ for b in expected]
     for a, b in zip(got, expected, strict=True):
         assert a.source_ids.equal(b.source_ids) and a.target_ids.equal(b.target_ids)
         assert a.target_ids_out.equal(b.target_ids_out) and a.alignment.equal(b.alignment)
