@@ -9,7 +9,8 @@
     {'shard-0.tar': 2}
     >>> shutil.rmtree(root)
 
-The stages of `prepare`, in order:
+The stages of `prepare`, in order, all under the dataset's lock (`prep.index.lock`: one writing run per
+dataset), with a full disk or a refused write reported plainly (`prep.errors.plain_io_errors`):
 
 1. the shards: every tar below the folder in energon's order (`shards.list_dataset_shards`), or for
    `--tar-index-only` those the existing `.info.json` lists; over an existing index only if the wizard
@@ -17,7 +18,8 @@ The stages of `prepare`, in order:
 2. the split (`splits.SplitSpec`), from the options or asked;
 3. the index, staged (`stage_index`): each shard scanned in a worker (`shards.index_shard`) with its
    `.tar.idx` written there, the rows inserted here as they come (`prep.index.sqlite`), then
-   `.info.json`, `split.yaml` and `index.uuid` (`prep.index.meta`);
+   `.info.json`, `split.yaml` and `index.uuid` (`prep.index.meta`); a shard without the end-of-archive
+   marker is indexed to its end and named in one warning (refused with `strict`);
 4. `dataset.yaml` (and a `sample_loader.py`) as the wizard decides (`prep.index.dataset_yaml`);
 5. everything put in place at once (`prep.index.staging`).
 

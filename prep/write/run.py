@@ -18,7 +18,8 @@ run then stops (`--on-error stop`) or lists the record in a rejects file and goe
 A plain JSONL file (generated keys, each line as the `json` part, one split, `--on-error stop`) skips
 the loop: its shards are planned from the line lengths and written on every core (`jsonl_parallel`).
 The shards, their `.tar.idx` and `.nv-meta` are built in staging (`build.DatasetBuild`) and nothing is
-in place until everything is written.
+in place until everything is written; the whole run holds OUT_DIR's lock (`prep.index.lock`), and a full
+disk or a refused write is reported plainly (`prep.errors.plain_io_errors`).
 """
 
 from __future__ import annotations
