@@ -13,16 +13,19 @@ import importlib
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from prep import __version__
+from prep.engines import ENGINES, LOCAL
 from prep.errors import PrepError
 
 # name -> "module:attribute" of a click command. Commands register here, one line each.
 COMMANDS: dict[str, str] = {
     "prepare": "prep.prepare.cli:prepare_command",
+    "prepare-media": "prep.prepare.cli:prepare_media_command",
     "write": "prep.write.cli:write_command",
     "mount": "prep.mount.cli:mount_command",
     "umount": "prep.mount.cli:umount_command",
@@ -80,10 +83,50 @@ progress_option = click.option(
 num_workers_option = click.option(
     "--num-workers", type=int, default=None, help="Worker processes [default: the number of CPUs]."
 )
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default=LOCAL,
+    show_default=True,
+    help="Where the work runs: worker processes on this machine, or Ray tasks (pip install shardprep[ray]).",
+)
+ray_address_option = click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="With --engine ray: the Ray cluster to use, e.g. 'auto' or 'head-node:6379' [default: start a local"
+    " Ray instance for this run].",
+)
 field_map_option = click.option(
     "--field-map",
     help='dataset.yaml field map, fields to parts as JSON, e.g. \'{"image": "jpg", "caption": "txt"}\'.',
 )
+
+
+def media_metadata_options(command: Callable) -> Callable:
+    """energon's three media filters (`prep.media.filter`), given to the command as `media_metadata_by_glob`,
+    `media_metadata_by_header` and `media_metadata_by_extension`; at most one may be used."""
+    for option in reversed(
+        (
+            click.option(
+                "--media-metadata-by-glob",
+                metavar="PATTERNS",
+                help="Store media metadata (image size, format, mode) of parts whose name matches one of these"
+                " comma-separated glob patterns, e.g. '*.jpg,*.png'.",
+            ),
+            click.option(
+                "--media-metadata-by-header",
+                is_flag=True,
+                help="Store media metadata of every part its first bytes show to be media (needs `filetype`).",
+            ),
+            click.option(
+                "--media-metadata-by-extension",
+                is_flag=True,
+                help="Store media metadata of parts with a standard image or audio/video extension.",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
 
 
 def _interrupt(signum: int, frame: object) -> None:

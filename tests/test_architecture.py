@@ -21,7 +21,9 @@ UNITS = {
     "prep": 0,  # prep/__init__.py: the version only
     "prep.errors": 0,
     "prep.processes": 1,
+    "prep.engines": 1,  # Ray as an engine beside prep.processes, imported only with --engine ray
     "prep.tar": 1,
+    "prep.media": 1,  # media headers (image size, format, mode): bytes and names, below the index
     "prep.index": 2,
     "prep.codecs": 2,
     "prep.cli": 3,

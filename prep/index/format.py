@@ -45,6 +45,22 @@ SAMPLE_PARTS_TABLE = """CREATE TABLE sample_parts (
     content_byte_size INTEGER
 )"""
 
+#: Media metadata (`--media-metadata-by-*`): one row per media part, keyed `<sample key>.<part>`.
+MEDIA_METADATA_TABLE = """CREATE TABLE IF NOT EXISTS media_metadata (
+    entry_key TEXT PRIMARY KEY,
+    metadata_type TEXT NOT NULL,
+    metadata_json TEXT NOT NULL
+)"""
+
+#: The media filters the metadata was made with (strategy, comma-joined patterns).
+MEDIA_FILTERS_TABLE = """CREATE TABLE IF NOT EXISTS media_filters (
+    filter_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    strategy TEXT NOT NULL,
+    patterns TEXT,
+    created_at_utc TEXT DEFAULT CURRENT_TIMESTAMP,
+    UNIQUE(strategy, patterns)
+)"""
+
 #: Secondary indexes, created after the bulk insert (cheaper than maintaining them row by row).
 SECONDARY_INDEXES = (
     "CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index)",

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from prep.errors import PrepError
-from prep.index.format import SAMPLE_PARTS_TABLE, SAMPLES_TABLE, SECONDARY_INDEXES
+from prep.index.format import (
+    MEDIA_FILTERS_TABLE,
+    MEDIA_METADATA_TABLE,
+    SAMPLE_PARTS_TABLE,
+    SAMPLES_TABLE,
+    SECONDARY_INDEXES,
+)
 from prep.index.meta import RERUN_PREPARE
 from prep.index.rows import ShardRows
 
@@ -149,6 +155,59 @@ class SqliteIndexWriter:
     def __exit__(self, *exc_info: object) -> None:
         if not self._finished:
             self.db.close()
+
+
+class MediaIndexWriter:
+    """Adds media metadata to a finished `index.sqlite` (energon's `media_metadata` and `media_filters`),
+    reading the parts it describes through the same connection:
+
+        with MediaIndexWriter(path) as media:
+            media.add_media(rows)
+            media.add_media_filter(strategy, patterns)
+            media.commit()
+
+    Leaving the block without `commit` rolls everything back. A later row for the same entry key replaces
+    the earlier one, as in energon.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = MEMORY")
+        self.db.execute("PRAGMA synchronous = OFF")
+        self.db.execute("BEGIN")
+        self.db.execute(MEDIA_METADATA_TABLE)
+        self.db.execute(MEDIA_FILTERS_TABLE)
+
+    def named_parts_of_shard(self, tar_file_id: int) -> list[tuple[str, str, int, int]]:
+        """(sample key, part name, content offset, content size) of every part of one shard, in tar order."""
+        rows = self.db.execute(
+            "SELECT s.sample_key, sp.part_name, sp.content_byte_offset, sp.content_byte_size FROM sample_parts sp"
+            " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
+            " WHERE sp.tar_file_id = ? ORDER BY sp.sample_index, sp.content_byte_offset",
+            (tar_file_id,),
+        )
+        return rows.fetchall()
+
+    def add_media(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """Insert `media_metadata` rows: (entry_key, metadata_type, metadata_json)."""
+        self.db.executemany("INSERT OR REPLACE INTO media_metadata VALUES (?, ?, ?)", rows)
+
+    def add_media_filter(self, strategy: str, patterns: str) -> None:
+        """Record the media filter the metadata was made with (once per strategy and patterns)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO media_filters (strategy, patterns) VALUES (?, ?)", (strategy, patterns)
+        )
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def __enter__(self) -> MediaIndexWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        self.db.close()
 
 
 class PartLocation(NamedTuple):

@@ -7,10 +7,22 @@ from pathlib import Path
 
 import click
 
-from prep.cli import ProgressLine, field_map_option, num_workers_option, progress_option, stop_on_sigterm
+from prep.cli import (
+    ProgressLine,
+    engine_option,
+    field_map_option,
+    media_metadata_options,
+    num_workers_option,
+    progress_option,
+    ray_address_option,
+    stop_on_sigterm,
+)
 from prep.errors import PrepError
 from prep.index.format import DATASET_YAML
+from prep.index.media import skipped_av_warning
 from prep.index.splits import SHUFFLE_SEED
+from prep.media.filter import media_filter_from_options, parse_media_filter
+from prep.prepare.media import prepare_media
 from prep.prepare.run import PrepareOptions, prepare
 from prep.prepare.wizard import TerminalWizard
 
@@ -53,6 +65,15 @@ from prep.prepare.wizard import TerminalWizard
     is_flag=True,
     help="Refuse shards without the end-of-archive marker (by default indexed to their end, with a warning).",
 )
+@media_metadata_options
+@engine_option
+@ray_address_option
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep each shard's index as it is made (in PATH/.shardprep-resume), so that a rerun with --resume"
+    " after an interruption scans only the shards not finished or changed since.",
+)
 def prepare_command(
     path: Path,
     progress: bool,
@@ -70,6 +91,12 @@ def prepare_command(
     field_map: str | None,
     crude: bool,
     strict: bool,
+    engine: str,
+    ray_address: str | None,
+    resume: bool,
+    media_metadata_by_glob: str | None,
+    media_metadata_by_header: bool,
+    media_metadata_by_extension: bool,
 ) -> None:
     """Index the WebDataset shards under PATH and write energon's .nv-meta (as `energon prepare` does).
 
@@ -95,6 +122,12 @@ def prepare_command(
         skip_dataset_yaml=skip_dataset_yaml,
         dataset_yaml_name=dataset_yaml_name,
         strict=strict,
+        engine=engine,
+        ray_address=ray_address,
+        resume=resume,
+        media_filter=media_filter_from_options(
+            media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension
+        ),
     )
     line = ProgressLine(progress)
 
@@ -103,9 +136,14 @@ def prepare_command(
         if done == total:
             line.close()  # the wizard speaks next
 
+    def described(done: int, total: int) -> None:
+        line.show(f"Reading media headers  {done}/{total} shards")
+        if done == total:
+            line.close()
+
     try:
         shard_counts = prepare(
-            path, options, TerminalWizard(options, interactive=not non_interactive), indexed
+            path, options, TerminalWizard(options, interactive=not non_interactive), indexed, described
         )
     finally:
         line.close()
@@ -118,3 +156,36 @@ def prepare_command(
     click.echo(
         f"Done: indexed {sum(shard_counts.values())} samples in {len(shard_counts)} shards in {elapsed:.2f} s."
     )
+
+
+@click.command(name="prepare-media")
+@click.argument("path", type=click.Path(path_type=Path))
+@progress_option
+@num_workers_option
+@media_metadata_options
+def prepare_media_command(
+    path: Path,
+    progress: bool,
+    num_workers: int | None,
+    media_metadata_by_glob: str | None,
+    media_metadata_by_header: bool,
+    media_metadata_by_extension: bool,
+) -> None:
+    """Store the media metadata of the dataset at PATH in its .nv-meta/index.sqlite (as `energon
+    prepare-media` does): a prepared WebDataset's media parts, or every media file of a folder dataset
+    (e.g. the auxiliary side of a polylithic dataset). Give exactly one --media-metadata-by-... option.
+    """
+    stop_on_sigterm()
+    media = parse_media_filter(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
+    line = ProgressLine(progress)
+
+    def described(done: int, total: int) -> None:
+        line.show(f"Reading media headers  {done}/{total}")
+
+    try:
+        prepared = prepare_media(path, media, num_workers=num_workers, progress=described)
+    finally:
+        line.close()
+    if prepared.summary.skipped_av:
+        click.echo(f"Note: {skipped_av_warning(prepared.summary.skipped_av)}", err=True)
+    click.echo(f"Done. Stored metadata for {prepared.summary.rows} files ({prepared.kind} dataset).")

@@ -17,8 +17,11 @@ dataset), with a full disk or a refused write reported plainly (`prep.errors.pla
    says so;
 2. the split (`splits.SplitSpec`), from the options or asked;
 3. the index, staged (`stage_index`): each shard scanned in a worker (`shards.index_shard`) with its
-   `.tar.idx` written there, the rows inserted here as they come (`prep.index.sqlite`), then
-   `.info.json`, `split.yaml` and `index.uuid` (`prep.index.meta`); a shard without the end-of-archive
+   `.tar.idx` written there, or with `--engine ray` as a Ray task (`shards.scan_shard` on
+   `prep.engines.ray_cluster`) whose rows come back for the `.tar.idx` to be written here; with
+   `--resume` the shards an interrupted run finished are taken from its checkpoint (`prepare.resume`)
+   instead; the rows inserted here as they come (`prep.index.sqlite`), then `.info.json`, `split.yaml`
+   and `index.uuid` (`prep.index.meta`); a shard without the end-of-archive
    marker is indexed to its end and named in one warning (refused with `strict`);
 4. `dataset.yaml` (and a `sample_loader.py`) as the wizard decides (`prep.index.dataset_yaml`);
 5. everything put in place at once (`prep.index.staging`).
@@ -35,12 +38,13 @@ import os
 import stat
 import threading
 import warnings
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from prep.engines import LOCAL, check_engine
 from prep.errors import PrepError, ShardError, plain_io_errors
 from prep.index.dataset_yaml import (
     DatasetDefinition,
@@ -59,6 +63,7 @@ from prep.index.format import (
     SPLIT_YAML,
 )
 from prep.index.lock import dataset_lock
+from prep.index.media import add_media_metadata, skipped_av_warning
 from prep.index.meta import (
     info_json_from_yaml,
     info_json_text,
@@ -67,16 +72,19 @@ from prep.index.meta import (
     new_index_uuid,
     split_yaml_text,
 )
-from prep.index.rows import MAX_PART_NAMES
+from prep.index.rows import MAX_PART_NAMES, ShardRows, write_tar_index
 from prep.index.splits import SHUFFLE_SEED, SplitSpec, parse_split_parts, parse_split_ratio
 from prep.index.sqlite import DuplicateKeyError, SqliteIndexWriter
 from prep.index.staging import Staging
+from prep.media.filter import MediaFilter
+from prep.prepare.resume import ShardCheckpoint
 from prep.prepare.shards import (
     check_dataset_root,
     index_shard,
     list_dataset_shards,
     reindexed_shards,
     release_freed_memory,
+    scan_shard,
 )
 from prep.processes import ordered_map, worker_count
 
@@ -111,9 +119,22 @@ class PrepareOptions:
     dataset_yaml: str | None = None
     #: Refuse shards that end without the end-of-archive marker (by default they are indexed, with a warning).
     strict: bool = False
+    #: Where shards are scanned: "local" (worker processes here) or "ray" (Ray tasks, `prep.engines`).
+    engine: str = LOCAL
+    #: With the "ray" engine, the cluster to use; None starts a local Ray instance for the run.
+    ray_address: str | None = None
+    #: Keep each shard's rows as it is indexed, and reuse those an interrupted run kept (`prepare.resume`).
+    resume: bool = False
+    #: Describe media parts into index.sqlite (`--media-metadata-by-*`, `prep.media.filter`); None: not.
+    media_filter: MediaFilter | None = None
 
     def __post_init__(self) -> None:
         worker_count(self.num_workers, 1)
+        if self.media_filter is not None and self.tar_index_only:
+            raise PrepError(
+                "--media-metadata-by-... cannot be combined with --tar-index-only (as in energon)."
+            )
+        check_engine(self.engine, self.ray_address)
         # An unknown sample type, a bad field map or a crude one are refused before any work.
         field_map = parse_field_map(self.field_map) if self.field_map is not None else None
         if self.sample_type is not None:
@@ -170,12 +191,18 @@ class Wizard(Protocol):
     def shards_found(self, shards: list[str]) -> None:
         """The shards that will be indexed."""
 
+    def shards_reused(self, reused: int, total: int) -> None:
+        """With --resume: `reused` of the `total` shards were finished by an earlier run and are not scanned."""
+
     def shards_without_end_marker(self, shards: list[str]) -> None:
         """Shards that end right after their last member, without the end-of-archive marker: indexed as
         GNU tar, tarfile and energon read them, but perhaps cut short."""
 
     def split_ratio(self) -> str:
         """The train/val/test ratio, when the options give no split."""
+
+    def media_not_described(self, count: int) -> None:
+        """`count` audio/video parts matched the media filter but got no metadata (not read yet)."""
 
     def dataset_definition(self, staged: StagedIndex) -> DatasetDefinition | None:
         """After indexing: what to write as dataset.yaml (and sample_loader.py), or None for nothing."""
@@ -195,8 +222,14 @@ class Unattended:
     def shards_found(self, shards: list[str]) -> None:
         pass
 
+    def shards_reused(self, reused: int, total: int) -> None:
+        pass
+
     def shards_without_end_marker(self, shards: list[str]) -> None:
         warnings.warn(without_end_marker_warning(shards), stacklevel=4)
+
+    def media_not_described(self, count: int) -> None:
+        warnings.warn(skipped_av_warning(count), stacklevel=4)
 
     def split_ratio(self) -> str:
         raise PrepError(
@@ -241,17 +274,23 @@ def prepare(
     options: PrepareOptions,
     wizard: Wizard | None = None,
     progress: ShardProgress | None = None,
+    media_progress: ShardProgress | None = None,
 ) -> dict[str, int] | None:
     """Prepare the dataset at `root` and return its shard counts (shard name -> samples, in `.info.json`
-    order); None if the wizard declined to go over an existing index."""
+    order); None if the wizard declined to go over an existing index. `media_progress` is told of the
+    media stage's shards, as `progress` is of the indexing."""
     wizard = wizard or Unattended(options)
     check_dataset_root(root)
     with plain_io_errors(root, "prepare"), dataset_lock(root, "prepare"):
-        return _prepare_locked(root, options, wizard, progress)
+        return _prepare_locked(root, options, wizard, progress, media_progress)
 
 
 def _prepare_locked(
-    root: Path, options: PrepareOptions, wizard: Wizard, progress: ShardProgress | None
+    root: Path,
+    options: PrepareOptions,
+    wizard: Wizard,
+    progress: ShardProgress | None,
+    media_progress: ShardProgress | None = None,
 ) -> dict[str, int] | None:
     if options.tar_index_only:
         shards, split = reindexed_shards(root, options.exclude), None
@@ -261,11 +300,28 @@ def _prepare_locked(
         shards = list_dataset_shards(root, options.exclude)
         wizard.shards_found(shards)
         split = choose_split(options, wizard)
+    checkpoint = ShardCheckpoint(root) if options.resume else None
+    if checkpoint is not None:
+        wizard.shards_reused(len(checkpoint.check(shards)), len(shards))
     with stage_index(
-        root, shards, split=split, num_workers=options.num_workers, progress=progress, strict=options.strict
+        root,
+        shards,
+        split=split,
+        num_workers=options.num_workers,
+        progress=progress,
+        strict=options.strict,
+        engine=options.engine,
+        ray_address=options.ray_address,
+        checkpoint=checkpoint,
     ) as staged:
         if staged.without_end_marker:
             wizard.shards_without_end_marker(staged.without_end_marker)
+        if options.media_filter is not None:
+            workers = worker_count(options.num_workers, len(shards))
+            index = staged.staging.meta_file(INDEX_SQLITE)
+            media = add_media_metadata(root, shards, index, options.media_filter, workers, media_progress)
+            if media.skipped_av:
+                wizard.media_not_described(media.skipped_av)
         if split is not None:
             definition = wizard.dataset_definition(staged)
             if definition is not None:
@@ -273,6 +329,7 @@ def _prepare_locked(
                 if definition.sample_loader is not None:
                     staged.write_meta(SAMPLE_LOADER_PY, definition.sample_loader)
         staged.commit()
+    ShardCheckpoint(root).remove()  # what an interrupted run kept is for an index now replaced
     return staged.shard_counts
 
 
@@ -299,6 +356,9 @@ def prepare_dataset(
     field_map: str | None = None,
     force_overwrite: bool = True,
     strict: bool = False,
+    engine: str = LOCAL,
+    ray_address: str | None = None,
+    resume: bool = False,
 ) -> dict[str, int]:
     """Prepare the dataset at `root` non-interactively and return its shard counts.
 
@@ -308,6 +368,8 @@ def prepare_dataset(
     to write with the index; or name a `sample_type` (and a `field_map` JSON) to have one made. An
     existing index is replaced unless `force_overwrite` is False. A shard that ends without the
     end-of-archive marker is indexed with a warning (`warnings.warn`), or refused if `strict`.
+    `engine="ray"` scans the shards as Ray tasks, on the cluster at `ray_address` or a local Ray instance.
+    With `resume`, each shard's rows are kept as it is indexed and those an interrupted run kept are reused.
     """
     options = PrepareOptions(
         split_ratio=split_ratio if split_ratio is not None or split_parts else "1,0,0",
@@ -322,6 +384,9 @@ def prepare_dataset(
         dataset_yaml=dataset_yaml,
         dataset_yaml_name=dataset_yaml_name,
         strict=strict,
+        engine=engine,
+        ray_address=ray_address,
+        resume=resume,
     )
     shard_counts = prepare(Path(root), options)
     assert shard_counts is not None  # Unattended never declines: it goes over an index or raises
@@ -336,13 +401,17 @@ def stage_index(
     num_workers: int | None = None,
     progress: ShardProgress | None = None,
     strict: bool = False,
+    engine: str = LOCAL,
+    ray_address: str | None = None,
+    checkpoint: ShardCheckpoint | None = None,
 ) -> StagedIndex:
     """Index `shards` under `root` into a staging area: `.tar.idx` files, `index.sqlite`, `index.uuid`,
     `.info.json` and, when `split` is given, `split.yaml`. Nothing is in place until `commit()`.
 
     With `split=None` (energon's --tar-index-only) `.info.json` and `split.yaml` are not rewritten. With
     `strict`, a shard without the end-of-archive marker is an error; otherwise it is listed in
-    `without_end_marker`.
+    `without_end_marker`. `engine` and `ray_address` say where the shards are scanned (`_scanned`); a
+    `checkpoint` (already `check`ed) gives the rows of the shards it holds and keeps those scanned.
     """
     if not shards:
         raise PrepError(f"No shards to index under {root}.")
@@ -351,13 +420,21 @@ def stage_index(
     with ExitStack() as on_error:
         staging = on_error.enter_context(Staging(root, meta_mode=meta_mode))
         staged = StagedIndex(root, shards, staging, file_mode)
-        _insert_rows(staged, workers, progress, strict)
+        _insert_rows(staged, workers, progress, strict, engine, ray_address, checkpoint)
         _write_meta(staged, split)
         on_error.pop_all()  # success: the caller owns the staging now
     return staged
 
 
-def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | None, strict: bool) -> None:
+def _insert_rows(
+    staged: StagedIndex,
+    workers: int,
+    progress: ShardProgress | None,
+    strict: bool,
+    engine: str = LOCAL,
+    ray_address: str | None = None,
+    checkpoint: ShardCheckpoint | None = None,
+) -> None:
     """Scan every shard in the workers and insert its rows as it comes back, in shard order; every bad
     shard is reported, in one error."""
     root, shards, staging = staged.root, staged.shards, staged.staging
@@ -368,8 +445,11 @@ def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | No
     ]
     errors: list[PrepError] = []
     part_names: set[str] = set()
-    with SqliteIndexWriter(staging.meta_file(INDEX_SQLITE), shards) as writer:
-        results = ordered_map(index_shard, tasks, workers, what="indexing shards", preload="prep.tar.scan")
+    with (
+        SqliteIndexWriter(staging.meta_file(INDEX_SQLITE), shards) as writer,
+        _scanned(_not_reused(tasks, checkpoint), workers, engine, ray_address) as scanned,
+    ):
+        results = _resumed(tasks, scanned, checkpoint) if checkpoint is not None else scanned
         for done, result in enumerate(results, 1):
             release_freed_memory()  # the previous shard's rows are gone now
             if progress is not None:
@@ -409,6 +489,63 @@ def _insert_rows(staged: StagedIndex, workers: int, progress: ShardProgress | No
             os.chmod(path, stat.S_IMODE((root / shard).stat().st_mode) | 0o600)
         except OSError:
             pass
+
+
+@contextmanager
+def _scanned(
+    tasks: list[tuple[str, str, int, str]], workers: int, engine: str, ray_address: str | None
+) -> Iterator[Iterator[ShardRows | ShardError]]:
+    """Each shard task `(root, shard, tar_file_id, staged .tar.idx)` scanned, its result in task order: in
+    worker processes here, which write the `.tar.idx` themselves, or as Ray tasks, whose rows come back
+    for this process to write it (a Ray worker may be on a machine that cannot see the staging)."""
+    if engine == LOCAL:
+        yield ordered_map(index_shard, tasks, workers, what="indexing shards", preload="prep.tar.scan")
+        return
+    from prep.engines.ray_cluster import RayEngine  # Ray is slow to import: only for --engine ray
+
+    with RayEngine(ray_address, workers) as cluster:
+        # Absolute: a Ray worker does not run in this process's folder.
+        remote = [(os.path.abspath(root), shard, tar_file_id) for root, shard, tar_file_id, _ in tasks]
+        scans = cluster.ordered_map(scan_shard, remote, what="indexing shards", name=lambda task: task[1])
+        yield _tar_indexes_written(scans, [task[3] for task in tasks])
+
+
+def _not_reused(
+    tasks: list[tuple[str, str, int, str]], checkpoint: ShardCheckpoint | None
+) -> list[tuple[str, str, int, str]]:
+    """The shard tasks to scan: all of them, or those the checkpoint holds no valid rows for."""
+    if checkpoint is None:
+        return tasks
+    return [task for position, task in enumerate(tasks) if position not in checkpoint.reusable]
+
+
+def _resumed(
+    tasks: list[tuple[str, str, int, str]],
+    scanned: Iterator[ShardRows | ShardError],
+    checkpoint: ShardCheckpoint,
+) -> Iterator[ShardRows | ShardError]:
+    """Every shard's result in task order: the saved rows of a shard an earlier run finished (its staged
+    `.tar.idx` written here), or the next scanned one, which is saved as it passes."""
+    for position, (_, shard, tar_file_id, tar_index) in enumerate(tasks):
+        if position in checkpoint.reusable:
+            rows = checkpoint.load(shard, tar_file_id)
+            write_tar_index(Path(tar_index), rows)
+            yield rows
+            continue
+        result = next(scanned)
+        if isinstance(result, ShardRows):
+            checkpoint.save(result)
+        yield result
+
+
+def _tar_indexes_written(
+    results: Iterator[ShardRows | ShardError], tar_indexes: list[str]
+) -> Iterator[ShardRows | ShardError]:
+    """`results`, each shard's staged `.tar.idx` written here from its rows as it passes."""
+    for result, path in zip(results, tar_indexes, strict=False):
+        if isinstance(result, ShardRows):
+            write_tar_index(Path(path), result)
+        yield result
 
 
 def _write_meta(staged: StagedIndex, split: SplitSpec | None) -> None:

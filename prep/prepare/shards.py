@@ -57,9 +57,18 @@ def reindexed_shards(root: Path, exclude: str | None = None) -> list[str]:
 def index_shard(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> ShardRows | ShardError:
     """Worker task: index one shard and write its staged `.tar.idx`. Errors come back as values, not
     raised, so the main process can go on and report every bad shard at once."""
+    return scan_shard(root, shard, tar_file_id, staged_tar_index)
+
+
+def scan_shard(
+    root: str, shard: str, tar_file_id: int, staged_tar_index: str | None = None
+) -> ShardRows | ShardError:
+    """Index one shard, writing its staged `.tar.idx` if given (a Ray worker on another machine writes
+    none: the driver does, from the rows). Errors come back as values, as from `index_shard`."""
     try:
         rows = shard_rows(os.path.join(root, shard), shard, tar_file_id)
-        write_tar_index(Path(staged_tar_index), rows)
+        if staged_tar_index is not None:
+            write_tar_index(Path(staged_tar_index), rows)
         return rows
     except ShardError as error:
         return error

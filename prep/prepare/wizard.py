@@ -22,6 +22,7 @@ from prep.index.dataset_yaml import (
     sample_types,
 )
 from prep.index.format import META_DIR, SAMPLE_LOADER_PY
+from prep.index.media import skipped_av_warning
 from prep.prepare.run import (
     MAX_FIELD_MAP_PARTS,
     PrepareOptions,
@@ -53,8 +54,14 @@ class TerminalWizard(Unattended):
             " command line."
         )
 
+    def shards_reused(self, reused: int, total: int) -> None:
+        click.echo(f"Resuming: {reused} of {total} shards were indexed by an earlier run and are reused.")
+
     def shards_without_end_marker(self, shards: list[str]) -> None:
         click.echo(f"Warning: {without_end_marker_warning(shards)}", err=True)
+
+    def media_not_described(self, count: int) -> None:
+        click.echo(f"Note: {skipped_av_warning(count)}", err=True)
 
     def split_ratio(self) -> str:
         if not self.interactive:

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from prep.cli import ProgressLine, field_map_option, num_workers_option, progress_option, stop_on_sigterm
+from prep.cli import (
+    ProgressLine,
+    engine_option,
+    field_map_option,
+    num_workers_option,
+    progress_option,
+    ray_address_option,
+    stop_on_sigterm,
+)
 from prep.write.options import AUX_FORMATS, DEFAULT_SHARD_PATTERN, ON_ERROR, WriteOptions
 from prep.write.run import REJECTS_FILE, WriteProgress, WriteSummary, write
 from prep.write.sources import KINDS, open_sources
@@ -88,6 +96,8 @@ def _progress_text(progress: WriteProgress) -> str:
 )
 @num_workers_option
 @progress_option
+@engine_option
+@ray_address_option
 def write_command(
     paths: tuple[Path, ...],
     kind: str | None,
@@ -110,6 +120,8 @@ def write_command(
     allow_pickle: bool,
     num_workers: int | None,
     progress: bool,
+    engine: str,
+    ray_address: str | None,
 ) -> None:
     """Write SOURCE... (JSONL, CSV, Parquet, folders, parallel text) into a prepared dataset at OUT_DIR.
 
@@ -125,6 +137,7 @@ def write_command(
         split_ratio=split_ratio, group_by=group_by, group_contiguous=group_contiguous, seed=seed,
         media_columns=media_columns, aux_format=aux_format, sample_type=sample_type, field_map=field_map,
         on_error=on_error, rejects=rejects, overwrite=overwrite, allow_pickle=allow_pickle, num_workers=num_workers,
+        engine=engine, ray_address=ray_address,
     )  # fmt: skip
     columns = None
     if options.parts is not None:  # a columnar source reads only the fields the write uses

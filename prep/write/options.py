@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prep.engines import LOCAL, check_engine
 from prep.errors import PrepError
 from prep.index.dataset_yaml import (
     CRUDE_CLASS,
@@ -59,6 +60,10 @@ class WriteOptions:
     overwrite: bool = False
     allow_pickle: bool = False
     num_workers: int | None = None
+    #: Where a plain JSONL file's shards are written: "local" (worker processes) or "ray" (Ray tasks).
+    engine: str = LOCAL
+    #: With the "ray" engine, the cluster to use; None starts a local Ray instance for the run.
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -80,6 +85,7 @@ class WriteOptions:
         if self.group_contiguous and self.group_by is None:
             raise PrepError("--group-contiguous needs --group-by COLUMN.")
         worker_count(self.num_workers, 1)
+        check_engine(self.engine, self.ray_address)
         sample_type = find_sample_type(self.sample_type)  # one that cannot be written is refused now
         if self.polylithic and not sample_type.crude:
             raise PrepError(
@@ -110,6 +116,8 @@ class WriteOptions:
         overwrite: bool = False,
         allow_pickle: bool = False,
         num_workers: int | None = None,
+        engine: str = LOCAL,
+        ray_address: str | None = None,
     ) -> WriteOptions:
         """Options from flags as given: `parts` as FIELD=PART, `split_ratio` as "8,1,1", `media_columns`
         as FIELD[=EXT], `field_map` as JSON; the rest as they are."""
@@ -131,6 +139,8 @@ class WriteOptions:
             overwrite=overwrite,
             allow_pickle=allow_pickle,
             num_workers=num_workers,
+            engine=engine,
+            ray_address=ray_address,
         )
 
     @property

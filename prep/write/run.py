@@ -16,7 +16,8 @@ run then stops (`--on-error stop`) or lists the record in a rejects file and goe
 4. sink (`WriteRun.add`): the split's shard writer, or first the group spool (`--group-contiguous`).
 
 A plain JSONL file (generated keys, each line as the `json` part, one split, `--on-error stop`) skips
-the loop: its shards are planned from the line lengths and written on every core (`jsonl_parallel`).
+the loop: its shards are planned from the line lengths and written on every core (`jsonl_parallel`), or
+with `--engine ray` as Ray tasks (`prep.engines.ray_cluster`; the only input Ray writes so far).
 The shards, their `.tar.idx` and `.nv-meta` are built in staging (`build.DatasetBuild`) and nothing is
 in place until everything is written; the whole run holds OUT_DIR's lock (`prep.index.lock`), and a full
 disk or a refused write is reported plainly (`prep.errors.plain_io_errors`).
@@ -28,11 +29,12 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, plain_io_errors
 from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_dataset, find_sample_type
 from prep.index.format import META_DIR, METADATASET_YAML
@@ -40,8 +42,8 @@ from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.staging import Staging
 from prep.processes import in_child, ordered_map, worker_count
 from prep.tar.fields import END_OF_ARCHIVE
-from prep.write.build import DatasetBuild
-from prep.write.jsonl_parallel import ShardJob, plan_shards, write_planned_shard
+from prep.write.build import DatasetBuild, ShardSlot
+from prep.write.jsonl_parallel import ShardDone, ShardJob, plan_shards, write_planned_shard
 from prep.write.keys import Rejected, SampleKeys
 from prep.write.options import WriteOptions
 from prep.write.parts import Parts, record_parts
@@ -295,7 +297,8 @@ def write_dataset(
     dicts (webdataset style: `__key__` and parts). The options are `WriteOptions.parse`'s: `parts`,
     `key_column`, `maxcount`, `maxsize`, `shard_pattern`, `split_ratio`, `group_by`, `group_contiguous`,
     `seed`, `media_columns`, `aux_format`, `sample_type`, `field_map`, `on_error`, `rejects`,
-    `overwrite`, `allow_pickle`, `num_workers`; see `shardprep write --help` for what each does.
+    `overwrite`, `allow_pickle`, `num_workers`, `engine`, `ray_address`; see `shardprep write --help` for
+    what each does.
     """
     return write(_as_sources(sources), Path(out_dir), WriteOptions.parse(**options), progress)  # type: ignore[arg-type]
 
@@ -331,8 +334,8 @@ def _write_records(run: WriteRun, sources: list[Source]) -> None:
 
 
 def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
-    """Write a plain JSONL source's shards in worker processes (`jsonl_parallel`); False when not
-    applicable or not worth it.
+    """Write a plain JSONL source's shards in worker processes or Ray tasks (`jsonl_parallel`); False
+    when not applicable or not worth it (a PrepError instead if not applicable with `--engine ray`).
 
     Only for the plain case with on_error=stop: generated keys, the default `json` part, one split. The
     shards, keys and index are those the single-process loop writes; the first bad line stops the run."""
@@ -346,8 +349,14 @@ def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
         and options.on_error == "stop"
     )
     if not plain or len(sources) != 1 or type(sources[0]) is not JsonlSource:
+        if options.engine == RAY:
+            raise PrepError(
+                "--engine ray writes one plain JSONL file so far (generated keys, each line as the json"
+                " part, no --split-ratio, --part, --key-column, --group-by or --media-column, --on-error"
+                " stop); leave out --engine ray to write this input on this machine."
+            )
         return False
-    if worker_count(options.num_workers, 2) < 2:
+    if options.engine == LOCAL and worker_count(options.num_workers, 2) < 2:
         return False  # one core: not worth the planning pass
     source = sources[0]
     plans = in_child(plan_shards, source.path, options.limits, what="planning shards")
@@ -371,16 +380,39 @@ def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
         )
         for plan, slot in zip(plans, slots, strict=True)
     ]
-    for slot, done in zip(
-        slots, ordered_map(write_planned_shard, jobs, workers, what="writing shards"), strict=True
-    ):
+    with _shards_written(jobs, workers, options) as written:
+        _adopt_shards(run, slots, written)
+    return True
+
+
+@contextmanager
+def _shards_written(
+    jobs: list[tuple[ShardJob]], workers: int, options: WriteOptions
+) -> Iterator[Iterator[ShardDone]]:
+    """Each planned shard written, its result in plan order: in worker processes here, or as Ray tasks
+    (which write into this run's staging, so a worker on another machine needs OUT_DIR on a shared
+    filesystem at the same path)."""
+    if options.engine == LOCAL:
+        yield ordered_map(write_planned_shard, jobs, workers, what="writing shards")
+        return
+    from prep.engines.ray_cluster import RayEngine  # Ray is slow to import: only for --engine ray
+
+    with RayEngine(options.ray_address, workers) as cluster:
+        yield cluster.ordered_map(
+            write_planned_shard, jobs, what="writing shards", name=lambda job: job[0].shard
+        )
+
+
+def _adopt_shards(run: WriteRun, slots: list[ShardSlot], written: Iterator[ShardDone]) -> None:
+    """Take each written shard into the build, in order; a bad line stops the run."""
+    build = run.primary
+    for slot, done in zip(slots, written, strict=True):
         if done.reject is not None:
             run.reject(done.reject.where, done.reject.reason, done.reject.input)  # stops the run
         build.adopt(slot, done.count, done.nbytes)
         run.samples += done.count
         run.bytes += done.nbytes - len(END_OF_ARCHIVE)
         run.report()
-    return True
 
 
 def _show(record: Record) -> str:

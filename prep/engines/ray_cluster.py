@@ -1,0 +1,276 @@
+"""Ray as an engine: one ordered, bounded map over the tasks of a Ray cluster (`--engine ray`).
+
+    with RayEngine(address=None, workers=2) as engine:   # a local Ray instance, stopped at the end
+        for result in engine.ordered_map(index_one_shard, tasks, what="indexing shards"):
+            ...   # in the order of `tasks`, as `prep.processes.ordered_map` gives them
+
+Tasks go to Ray in chunks of a few (`chunk_size`: one Ray task per shard costs more than scanning a small
+shard), and at most `CHUNKS_PER_CPU` chunks per CPU are submitted and not yet taken, so the driver holds a
+bounded number of results however many tasks there are. A chunk whose worker dies is retried by Ray
+(`RETRIES` times); after that the run stops with a PrepError naming the chunk's tasks. An exception the
+function raises comes back as itself, as from `prep.processes.ordered_map`. Leaving the `with` block
+(done, an error, Ctrl-C) cancels the chunks in flight and waits for them, so none is still writing when
+the caller cleans up.
+
+Ray is an optional extra and slow to import: only this module imports it, and only `--engine ray` imports
+this module. Without `address` a local Ray instance is started with `workers` CPUs and shut down when the
+`with` block ends; with one, the driver connects to that cluster and leaves it running. A Ray already
+initialised in this process (a Ray program calling the Python API) is used as it is and left running.
+No process of a local instance outlives the run, whatever ends it: Ray stops its own when the driver
+dies, except its agents, so a small forked watcher (`_Watcher`) holds the list of the instance's
+processes and kills what is left of them once the driver is gone, SIGKILL included. Workers on other
+machines need shardprep installed and the dataset at the same path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+from prep.errors import PrepError
+
+Result = TypeVar("Result")
+
+#: The extra that installs Ray, named in the error when Ray is missing.
+RAY_EXTRA = "shardprep[ray]"
+#: How often Ray runs a chunk again whose worker died (a node lost, a worker killed) before the run fails.
+RETRIES = 3
+#: Chunks in flight per CPU of the cluster: enough to keep every worker busy while results are taken.
+CHUNKS_PER_CPU = 2
+#: At most this many tasks per chunk, so results come back steadily and a retry repeats little work.
+MAX_CHUNK = 16
+#: Seconds to wait for a cancelled chunk to end when a run stops early.
+STOP_TIMEOUT = 30.0
+
+
+def _missing() -> PrepError:
+    return PrepError(f"--engine ray needs Ray, which is not installed: pip install {RAY_EXTRA}")
+
+
+def check_ray_installed() -> None:
+    """A one-line PrepError naming the extra unless Ray can be imported; cheap (Ray is found, not loaded),
+    so a run can refuse before any work."""
+    try:
+        found = sys.modules["ray"] if "ray" in sys.modules else importlib.util.find_spec("ray")
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise _missing()
+
+
+def import_ray() -> ModuleType:
+    """The `ray` module, or a one-line PrepError naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise _missing() from None
+    return ray
+
+
+def chunk_size(tasks: int, cpus: int) -> int:
+    """Tasks per Ray task: about four chunks per CPU, at most MAX_CHUNK tasks each.
+
+    >>> chunk_size(100, 2), chunk_size(10_000, 2), chunk_size(0, 4)
+    (12, 16, 1)
+    """
+    return max(1, min(MAX_CHUNK, tasks // (4 * max(1, cpus))))
+
+
+def _process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), to tell it from a later one with its pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live descendant of process `root`, with its start time."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found: dict[int, str] = {}
+    waiting = list(children.get(root, []))
+    while waiting:
+        pid = waiting.pop()
+        start = _process_start(pid)
+        if start is not None:
+            found[pid] = start
+        waiting += children.get(pid, [])
+    return found
+
+
+class _Watcher:
+    """A forked process that outlives nothing: it waits for the driver to end (its pipe closes, however
+    the driver ends) and then kills `processes` (pid -> start time) still alive, then exits."""
+
+    def __init__(self, processes: dict[int, str]) -> None:
+        reading, self._writing = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the watcher: only system calls from here on (the driver has threads)
+            try:
+                os.close(self._writing)
+                os.read(reading, 1)  # returns when every copy of the writing end is closed
+                for pid, start in processes.items():
+                    if _process_start(pid) == start:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+            finally:
+                os._exit(0)
+        os.close(reading)
+
+    def close(self) -> None:
+        """The run ended normally: let the watcher clean up what Ray left, and wait for it."""
+        os.close(self._writing)
+        os.waitpid(self.pid, 0)
+
+
+def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> list[Any]:
+    """A Ray task: `function(*task)` for each task of the chunk, in order."""
+    return [function(*task) for task in chunk]
+
+
+class RayEngine:
+    """A connection to a Ray cluster (started here unless `address` names one) for one run."""
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        self.address = address
+        self.workers = workers
+        self.ray = import_ray()
+        self._started = False
+        self._watcher: _Watcher | None = None
+        self._remote: Any = None
+        self._maps: list[Generator[Any, None, None]] = []
+
+    def __enter__(self) -> RayEngine:
+        ray = self.ray
+        if not ray.is_initialized():
+            # ray.init makes SIGTERM exit at once, with a stack dump; keep the command's own handling
+            # (SIGTERM unwinds like Ctrl-C, so what was staged is removed and the run says so).
+            on_sigterm = signal.getsignal(signal.SIGTERM)
+            try:
+                ray.init(
+                    address=self.address,
+                    num_cpus=self.workers if self.address is None else None,
+                    include_dashboard=False,
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                raise PrepError(f"Could not start or reach {where}: {error}") from None
+            self._started = True
+            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, on_sigterm)
+            if self.address is None and sys.platform.startswith("linux"):
+                self._watcher = _Watcher(_descendants(os.getpid()))
+        self._remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_run_chunk)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            for results in self._maps:
+                results.close()  # cancels its chunks in flight and waits for them
+        finally:
+            self._shut_down()
+
+    def _shut_down(self) -> None:
+        if self._started:
+            try:
+                self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
+            finally:
+                if self._watcher is not None:
+                    self._watcher.close()
+
+    def cpus(self) -> int:
+        """The CPUs of the cluster (at least 1)."""
+        return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+
+    def ordered_map(
+        self,
+        function: Callable[..., Result],
+        tasks: Sequence[tuple],
+        *,
+        what: str,
+        name: Callable[[tuple], str] = repr,
+    ) -> Generator[Result, None, None]:
+        """`function(*task)` for every task as Ray tasks, yielded in task order, a bounded number in
+        flight. `what` names the work and `name(task)` the tasks in the error if a chunk fails for good.
+
+        Leaving the engine's `with` block ends the map: chunks in flight are cancelled and waited for."""
+        if self._remote is None:
+            raise RuntimeError("use RayEngine in a with block")
+        results = self._ordered(function, tasks, what, name)
+        self._maps.append(results)
+        return results
+
+    def _ordered(
+        self, function: Callable[..., Result], tasks: Sequence[tuple], what: str, name: Callable[[tuple], str]
+    ) -> Generator[Result, None, None]:
+        ray = self.ray
+        cpus = self.cpus()
+        size = chunk_size(len(tasks), cpus)
+        starts = range(0, len(tasks), size)
+        pending: deque[tuple[int, Any]] = deque()
+        submitted = iter(starts)
+        try:
+            for start in submitted:
+                pending.append((start, self._remote.remote(function, list(tasks[start : start + size]))))
+                if len(pending) >= CHUNKS_PER_CPU * cpus:
+                    break
+            while pending:
+                start, ref = pending[0]
+                try:
+                    results = ray.get(ref)
+                except ray.exceptions.RayTaskError as error:  # the function raised: as itself
+                    if isinstance(error.cause, Exception):
+                        raise error.cause from error
+                    raise self._failed(
+                        what, [name(task) for task in tasks[start : start + size]], error
+                    ) from None
+                except ray.exceptions.RayError as error:  # the worker or its node died, and again
+                    chunk = tasks[start : start + size]
+                    raise self._failed(what, [name(task) for task in chunk], error) from None
+                pending.popleft()
+                following = next(submitted, None)
+                if following is not None:
+                    chunk = list(tasks[following : following + size])
+                    pending.append((following, self._remote.remote(function, chunk)))
+                yield from results
+        finally:
+            self._stop([ref for _, ref in pending])
+
+    def _stop(self, refs: list[Any]) -> None:
+        """Cancel `refs` and wait until they have ended, so that no task still writes when the caller
+        cleans up (a chunk that writes files, as `write` does, would otherwise leave some behind)."""
+        ray = self.ray
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        for ref in refs:
+            try:
+                ray.get(ref, timeout=STOP_TIMEOUT)
+            except Exception:  # cancelled, failed or timed out: it is over, or will be killed with Ray
+                pass
+
+    def _failed(self, what: str, names: list[str], error: Exception) -> PrepError:
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return PrepError(
+            f"A Ray task {what} failed for good (retried {RETRIES} times) on {', '.join(names)}: {cause}."
+            " Nothing was written; run again."
+        )

@@ -1,0 +1,211 @@
+"""The media stage: media parts described (`prep.media`) into a staged `index.sqlite`, in parallel, as
+energon 7.4.1 writes them (`prepare --media-metadata-by-*` and `prepare-media`).
+
+- the shards of a WebDataset (`add_media_metadata`): the parts come from the index itself, shard by
+  shard (only those the filter considers by name go to the workers); each worker opens its shard once
+  and reads only the bytes each part's header needs; rows go in as each shard's come back, in shard
+  order, so memory holds a few shards' rows at a time;
+- the files of a folder dataset (`add_folder_media_metadata`), a few hundred per worker task.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prep.errors import PrepError, ShardError
+from prep.index.sqlite import MediaIndexWriter
+from prep.media.describe import MediaRow, describe_part
+from prep.media.filter import AV, MediaFilter
+from prep.media.images import MediaError, from_file
+from prep.processes import ordered_map
+
+#: How many broken shards one error lists before summarising the rest.
+MAX_REPORTED_ERRORS = 10
+#: `progress(shards done, shards in all)`, called as each shard's media rows go in.
+MediaProgress = Callable[[int, int], None]
+
+
+@dataclass
+class ShardMedia:
+    """What one shard's media parts gave: the rows to write, and how many audio/video parts were skipped."""
+
+    rows: list[MediaRow] = field(default_factory=list)
+    skipped_av: int = 0
+
+
+@dataclass
+class MediaSummary:
+    """What the media stage wrote: rows in all, and audio/video parts it could not describe yet."""
+
+    rows: int = 0
+    skipped_av: int = 0
+
+
+def describe_shard_media(
+    root: str, shard: str, parts: list[tuple[str, int, int]], media: MediaFilter
+) -> ShardMedia | ShardError:
+    """Worker task: describe the parts `(entry key, content offset, size)` of one shard. A broken media
+    header comes back as a ShardError naming the part and its byte offset in the shard."""
+    result = ShardMedia()
+    try:
+        with open(os.path.join(root, shard), "rb") as file:
+            descriptor = file.fileno()
+            for entry_key, offset, size in parts:
+                try:
+                    kind, row = describe_part(entry_key, from_file(descriptor, offset, size), size, media)
+                except MediaError as error:
+                    return ShardError(
+                        shard,
+                        f"part {entry_key!r} looks like an image but its header cannot be read: {error.problem}.",
+                        offset=offset + error.offset,
+                        advice="Replace or remove that part, or leave it out of the media filter.",
+                    )
+                if kind == AV:
+                    result.skipped_av += 1
+                elif row is not None:
+                    result.rows.append(row)
+    except OSError as error:
+        return ShardError(shard, f"could not be read for media metadata: {error.strerror or error}.")
+    except PrepError as error:  # a missing optional library: the same for every shard
+        return ShardError(shard, str(error))
+    return result
+
+
+class _ShardTasks:
+    """The media tasks, one per shard, made as the map asks for them (so only a few shards' part lists
+    are held at once): the parts the filter considers, by name, read from the index being built."""
+
+    def __init__(self, root: Path, shards: list[str], writer: MediaIndexWriter, media: MediaFilter) -> None:
+        self.root, self.shards, self.writer, self.media = root, shards, writer, media
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def __getitem__(self, tar_file_id: int) -> tuple[str, str, list[tuple[str, int, int]], MediaFilter]:
+        if not 0 <= tar_file_id < len(self.shards):
+            raise IndexError(tar_file_id)
+        parts = []
+        for key, part, offset, size in self.writer.named_parts_of_shard(tar_file_id):
+            entry_key = f"{key}.{part}"
+            if self.media.considers(entry_key):
+                parts.append((entry_key, offset, size))
+        return str(self.root), self.shards[tar_file_id], parts, self.media
+
+
+def add_media_metadata(
+    root: Path,
+    shards: list[str],
+    index_path: Path,
+    media: MediaFilter,
+    workers: int,
+    progress: MediaProgress | None = None,
+) -> MediaSummary:
+    """Describe the media parts of `shards` (in `tar_file_id` order) into the index at `index_path` and
+    record the filter; every bad shard is reported, in one error, and then nothing is added."""
+    summary = MediaSummary()
+    errors: list[ShardError] = []
+    with MediaIndexWriter(index_path) as writer:
+        tasks = _ShardTasks(root, shards, writer, media)
+        results = ordered_map(describe_shard_media, tasks, workers, what="reading media headers")
+        for done, result in enumerate(results, 1):
+            if progress is not None:
+                progress(done, len(tasks))
+            if isinstance(result, ShardError):
+                errors.append(result)
+            elif not errors:
+                writer.add_media(result.rows)
+                summary.rows += len(result.rows)
+                summary.skipped_av += result.skipped_av
+        if errors:
+            raise _errors_report(errors)
+        writer.add_media_filter(media.strategy, media.stored_patterns)
+        writer.commit()
+    return summary
+
+
+def skipped_av_warning(count: int) -> str:
+    """The one warning for audio/video parts left without metadata."""
+    return (
+        f"{count} audio/video part(s) were recognised but not described: shardprep does not read audio and"
+        " video headers yet (energon 7.4.1 does so only with PyAV installed, and otherwise writes no row"
+        " for them either)."
+    )
+
+
+def _errors_report(errors: list[ShardError]) -> PrepError:
+    if len(errors) == 1:
+        return errors[0]
+    lines = [f"{len(errors)} shards have unreadable media; nothing was written:"]
+    lines += [f"  - {error}" for error in errors[:MAX_REPORTED_ERRORS]]
+    if len(errors) > MAX_REPORTED_ERRORS:
+        lines.append(f"  ... and {len(errors) - MAX_REPORTED_ERRORS} more.")
+    return PrepError("\n".join(lines))
+
+
+#: Files of a folder dataset per worker task: enough to make a task's round trip cheap.
+FILES_PER_TASK = 256
+
+
+def describe_files(
+    root: str, files: list[tuple[str, int]], media: MediaFilter
+) -> tuple[list[MediaRow], int] | PrepError:
+    """Worker task: describe the files `(path relative to root, size)` of a folder dataset, each judged
+    by its own file name and keyed by its relative path; (rows, audio/video files skipped), or the
+    error naming the first broken file."""
+    rows: list[MediaRow] = []
+    skipped_av = 0
+    for relative, size in files:
+        path = os.path.join(root, relative)
+        try:
+            with open(path, "rb") as file:
+                read = from_file(file.fileno(), 0, size)
+                kind, row = describe_part(relative, read, size, media, name=os.path.basename(relative))
+        except MediaError as error:
+            return PrepError(
+                f"{path} at byte {error.offset}: looks like an image but its header cannot be read:"
+                f" {error.problem}. Replace or remove the file, or leave it out of the media filter."
+            )
+        except OSError as error:
+            return PrepError(f"{path} could not be read for media metadata: {error.strerror or error}.")
+        except PrepError as error:
+            return error
+        if kind == AV:
+            skipped_av += 1
+        elif row is not None:
+            rows.append(row)
+    return rows, skipped_av
+
+
+def add_folder_media_metadata(
+    root: Path,
+    files: list[tuple[str, int]],
+    index_path: Path,
+    media: MediaFilter,
+    workers: int,
+    progress: MediaProgress | None = None,
+) -> MediaSummary:
+    """Describe the files `(relative path, size)` under `root` into the index at `index_path` (made if
+    missing; rows already there stay, as in energon) and record the filter; the first broken file stops
+    the run."""
+    summary = MediaSummary()
+    tasks = [
+        (str(root), files[start : start + FILES_PER_TASK], media)
+        for start in range(0, len(files), FILES_PER_TASK)
+    ]
+    with MediaIndexWriter(index_path) as writer:
+        results = ordered_map(describe_files, tasks, workers, what="reading media headers")
+        for done, result in enumerate(results, 1):
+            if isinstance(result, PrepError):
+                raise result
+            rows, skipped_av = result
+            writer.add_media(rows)
+            summary.rows += len(rows)
+            summary.skipped_av += skipped_av
+            if progress is not None:
+                progress(min(done * FILES_PER_TASK, len(files)), len(files))
+        writer.add_media_filter(media.strategy, media.stored_patterns)
+        writer.commit()
+    return summary

@@ -1,0 +1,165 @@
+"""The Ray engine on a real local Ray instance of 2 CPUs, started and stopped by this module: results in
+task order, a worker that dies retried, a task that keeps dying named in one clear error, and Ray's
+absence a one-line error naming the extra."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prep.engines.ray_cluster import RAY_EXTRA, RETRIES, RayEngine, _descendants, _process_start, import_ray
+from prep.errors import PrepError
+from tests.support.ray import local_ray
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A local Ray instance with 2 CPUs, shut down after the module's tests (yields the `ray` module)."""
+    yield from local_ray(tmp_path_factory)
+
+
+def square(number: int) -> int:
+    return number * number
+
+
+def die_once(marker: str, number: int) -> int:
+    """Kill the worker process the first time any task runs (the marker remembers it), then work."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        os._exit(1)
+    return number + 1
+
+
+def always_die(number: int) -> int:
+    os._exit(1)
+
+
+def test_results_come_back_in_task_order_however_many_tasks(cluster) -> None:
+    tasks = [(number,) for number in range(500)]
+    with RayEngine() as engine:
+        assert list(engine.ordered_map(square, tasks, what="squaring")) == [n * n for n in range(500)]
+    assert cluster.is_initialized(), "a Ray the caller started is left running"
+
+
+def test_a_worker_killed_mid_run_is_retried(cluster, tmp_path: Path) -> None:
+    tasks = [(str(tmp_path / "died"), number) for number in range(10)]
+    with RayEngine() as engine:
+        assert list(engine.ordered_map(die_once, tasks, what="counting")) == list(range(1, 11))
+    assert (tmp_path / "died").exists(), "no worker died: the test proved nothing"
+
+
+def test_a_task_that_keeps_failing_is_named_in_one_clear_error(cluster) -> None:
+    with RayEngine() as engine, pytest.raises(PrepError) as raised:
+        list(engine.ordered_map(always_die, [(7,)], what="counting", name=lambda task: f"task-{task[0]}"))
+    message = str(raised.value)
+    assert "task-7" in message and f"retried {RETRIES} times" in message and "counting" in message
+
+
+def test_without_ray_the_error_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets when Ray is not installed
+    with pytest.raises(PrepError) as raised:
+        import_ray()
+    message = str(raised.value)
+    assert f"pip install {RAY_EXTRA}" in message and "\n" not in message
+
+
+DRIVER = """
+import time
+from prep.engines.ray_cluster import RayEngine
+with RayEngine(workers=1) as engine:
+    list(engine.ordered_map(abs, [(-1,)], what="warming up"))
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+
+
+def ray_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a driver whose local Ray instance keeps its files (and so names in its processes'
+    command lines) a short path under the test's temporary folder (Ray's socket paths must stay short)."""
+    return {**os.environ, "RAY_TMPDIR": str(tmp_path_factory.mktemp("r"))}
+
+
+def test_no_process_of_a_local_instance_outlives_a_killed_driver(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER],
+        cwd=REPO,
+        env=ray_files(tmp_path_factory),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None and driver.stdout.readline() == "ready\n"
+        started = _descendants(driver.pid)
+        assert len(started) >= 3, "expected Ray's servers and workers under the driver"
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid, start in started.items() if _process_start(pid) == start]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert not alive, f"processes of the killed driver's Ray instance left running: {alive}"
+
+
+INTERRUPTED_DRIVER = """
+import signal, time
+from prep.engines.ray_cluster import RayEngine
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, interrupt)  # as every shardprep command does (prep.cli.stop_on_sigterm)
+try:
+    with RayEngine(workers=1) as engine:
+        print("ready", flush=True)
+        list(engine.ordered_map(time.sleep, [(60,)], what="sleeping"))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_sigterm_unwinds_the_driver_like_ctrl_c_and_stops_the_local_instance(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_DRIVER],
+        cwd=REPO,
+        env=ray_files(tmp_path_factory),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None and driver.stdout.readline() == "ready\n"
+        started = _descendants(driver.pid)
+        time.sleep(0.5)
+        driver.terminate()
+        out, err = driver.communicate(timeout=30)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0 and out == "interrupted\n", err
+    assert "SIGTERM received" not in err, "Ray's own SIGTERM handler ran"
+    assert not [pid for pid, start in started.items() if _process_start(pid) == start]
+
+
+def refuse(number: int) -> int:
+    raise OSError(28, "No space left on device")
+
+
+def test_an_exception_a_task_raises_comes_back_as_itself(cluster) -> None:
+    with RayEngine() as engine, pytest.raises(OSError) as raised:
+        list(engine.ordered_map(refuse, [(1,), (2,)], what="writing"))
+    assert raised.value.errno == 28

@@ -1,0 +1,124 @@
+"""`prepare --engine ray` on a real local Ray instance of 2 CPUs (started and stopped by this module)
+writes byte for byte what the local engine writes: every `.tar.idx`, the sqlite rows, `.info.json` and
+`split.yaml`. A bad shard is named and nothing is written; progress counts every shard in order."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from prep.errors import PrepError, ShardError
+from prep.index.splits import SHUFFLE_SEED
+from prep.prepare import prepare_dataset
+from prep.prepare.run import PrepareOptions, Unattended, prepare
+from tests.support.prepare import REPO, run_shardprep, snapshot, sqlite_contents, tar_indexes, twin
+from tests.support.ray import local_ray
+from tests.support.shards import sample_members, tricky_members, write_tarfile
+
+SHARDS = 40  # more than the chunks in flight on 2 CPUs, so results stream back in several rounds
+FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--shuffle-tars", "--no-progress", "--crude"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A local Ray instance with 2 CPUs, shut down after the module's tests; yields its address."""
+    for ray in local_ray(tmp_path_factory):
+        yield ray.get_runtime_context().gcs_address
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    """Shards of plain and tricky samples, in sub-folders, in PAX and GNU formats."""
+    root = tmp_path / "dataset"
+    for n in range(SHARDS):
+        members = sample_members(f"s{n}-", 5 + n % 7) + tricky_members(f"t{n}/")
+        fmt = tarfile.GNU_FORMAT if n % 2 else tarfile.PAX_FORMAT
+        write_tarfile(root / f"part-{n % 3}" / f"shard-{n:04d}.tar", members, fmt)
+    return root
+
+
+def outputs(root: Path) -> dict:
+    meta = root / ".nv-meta"
+    return {
+        "tar.idx": tar_indexes(root),
+        "sqlite": sqlite_contents(meta / "index.sqlite"),
+        "info": (meta / ".info.json").read_bytes(),
+        "split": (meta / "split.yaml").read_bytes(),
+        "dataset.yaml": (meta / "dataset.yaml").read_bytes() if (meta / "dataset.yaml").exists() else None,
+    }
+
+
+def test_ray_and_local_engines_write_the_same_bytes(cluster: str, dataset: Path) -> None:
+    local = twin(dataset, "local")
+    run_shardprep("prepare", str(local), *FLAGS, "--num-workers", "2", check=True)
+    run_shardprep("prepare", str(dataset), *FLAGS, "--engine", "ray", "--ray-address", cluster, check=True)
+    ours, theirs = outputs(dataset), outputs(local)
+    assert len(ours["tar.idx"]) == SHARDS
+    assert ours == theirs
+
+
+def test_python_api_uses_the_ray_already_running(cluster: str, dataset: Path) -> None:
+    local = twin(dataset, "local")
+    seen: list[tuple[int, int]] = []
+    options = PrepareOptions(
+        split_ratio="1,1,1", shuffle_seed=SHUFFLE_SEED, sample_type="CrudeWebdataset", engine="ray"
+    )
+    counts = prepare(dataset, options, progress=lambda done, total: seen.append((done, total)))
+    assert counts == prepare_dataset(local, split_ratio="1,1,1", sample_type="CrudeWebdataset")
+    assert seen == [(done, SHARDS) for done in range(1, SHARDS + 1)]
+    assert outputs(dataset) == outputs(local)
+
+
+def test_a_bad_shard_is_named_and_nothing_is_written(cluster: str, dataset: Path) -> None:
+    shard = dataset / "part-1" / "shard-0004.tar"
+    shard.write_bytes(shard.read_bytes()[: 512 * 3 + 100])  # cut inside a member's data
+    before = snapshot(dataset)
+    with pytest.raises(ShardError) as raised:
+        prepare_dataset(dataset, engine="ray")
+    assert "part-1/shard-0004.tar" in str(raised.value)
+    assert snapshot(dataset) == before
+
+
+def test_the_local_engine_never_imports_ray() -> None:
+    check = "import sys, prep.prepare.cli, prep.prepare.run; assert 'ray' not in sys.modules"
+    subprocess.run([sys.executable, "-c", check], cwd=REPO, check=True)
+
+
+def test_a_ray_address_without_the_ray_engine_is_refused() -> None:
+    with pytest.raises(PrepError, match="--ray-address is for --engine ray"):
+        PrepareOptions(split_ratio="1,0,0", ray_address="auto")
+
+
+def test_without_ray_the_ray_engine_is_refused_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets when Ray is not installed
+    with pytest.raises(PrepError, match=r"pip install shardprep\[ray\]"):
+        PrepareOptions(split_ratio="1,0,0", engine="ray")
+
+
+class Recording(Unattended):
+    """The unattended wizard, remembering what a resumed run reports."""
+
+    reused: tuple[int, int] | None = None
+
+    def shards_reused(self, reused: int, total: int) -> None:
+        self.reused = (reused, total)
+
+
+def test_the_ray_engine_resumes_a_failed_run(cluster: str, dataset: Path) -> None:
+    local = twin(dataset, "local")
+    shard = dataset / "part-2" / "shard-0011.tar"
+    good = shard.read_bytes()
+    shard.write_bytes(good[: 512 * 3 + 100])
+    options = PrepareOptions(split_ratio="8,1,1", shuffle_seed=SHUFFLE_SEED, engine="ray", resume=True)
+    with pytest.raises(ShardError):
+        prepare(dataset, options)
+    shard.write_bytes(good)
+    wizard = Recording(options)
+    prepare(dataset, options, wizard)
+    assert wizard.reused == (SHARDS - 1, SHARDS)
+    prepare_dataset(local, split_ratio="8,1,1")
+    assert outputs(dataset) == outputs(local)

@@ -1,0 +1,128 @@
+"""`shardprep prepare-media` writes what `energon prepare-media` 7.4.1 writes, on a folder dataset and on a
+prepared WebDataset, and leaves the old index as it was when it fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.prepare.test_media_matches_energon import FLAGS, media_dataset, media_rows
+from tests.support.media import assert_same_media_index, images, without_created_at
+from tests.support.prepare import ENERGON, run_energon_prepare, run_shardprep, snapshot, sqlite_contents, twin
+
+IMAGES = images()
+
+
+def run_energon_prepare_media(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [ENERGON, "prepare-media", "--no-progress", "--num-workers", "2", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"energon prepare-media failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def folder_dataset(root: Path) -> Path:
+    """Images in the folder, a sub-folder, a hidden folder and a folder reached by a symbolic link."""
+    for number, (name, data) in enumerate(sorted(IMAGES.items())):
+        folder = root / ("", "sub", ".hidden", "outside")[number % 4]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    (root / "notes.txt").write_text("not media")
+    (root / "sub" / "clip.wav").write_bytes(b"RIFF\0\0\0\0WAVEfmt ")
+    shutil.move(root / "outside", root.parent / f"{root.name}-linked")
+    os.symlink(root.parent / f"{root.name}-linked", root / "linked")
+    return root
+
+
+def same_media_tables(ours: Path, theirs: Path) -> None:
+    tables = []
+    for root in (ours, theirs):
+        copy = root.parent / f"{root.name}-compared"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(root / ".nv-meta", copy / ".nv-meta")
+        without_created_at(copy)
+        tables.append(sqlite_contents(copy / ".nv-meta" / "index.sqlite"))
+    assert tables[0] == tables[1]
+    assert (
+        sorted(os.listdir(ours / ".nv-meta")) == sorted(os.listdir(theirs / ".nv-meta")) == ["index.sqlite"]
+    )
+
+
+def test_a_folder_dataset_gets_energons_media_tables_also_when_run_again(tmp_path: Path) -> None:
+    ours, theirs = folder_dataset(tmp_path / "ours"), folder_dataset(tmp_path / "theirs")
+    for _ in range(2):  # the second run keeps the rows and records the filter once
+        run_shardprep(
+            "prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True
+        )
+        run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
+    keys = [row[0] for row in media_rows(ours)]
+    assert "sub/clip.wav" not in keys and any(key.startswith("linked/") for key in keys)
+    assert any(key.startswith(".hidden/") for key in keys)
+    same_media_tables(ours, theirs)
+
+
+def test_a_prepared_webdataset_gets_the_rows_energons_prepare_media_adds(tmp_path: Path) -> None:
+    ours = media_dataset(tmp_path / "ours", shards=2)
+    theirs = twin(ours, "theirs")
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    run_energon_prepare(str(theirs), *FLAGS)
+    uuid = (ours / ".nv-meta" / "index.uuid").read_text()
+    run_shardprep("prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True)
+    run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
+    assert media_rows(ours) and (ours / ".nv-meta" / "index.uuid").read_text() == uuid
+    assert_same_media_index(ours, theirs)
+
+
+def test_a_folder_by_header_finds_media_under_any_name(tmp_path: Path) -> None:
+    # energon 7.4.1 fails here: it hands its path object to `filetype`, which refuses it.
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "picture.bin").write_bytes(IMAGES["rgb33.png"])
+    (root / "notes.txt").write_text("plain text")
+    run_shardprep("prepare-media", str(root), "--media-metadata-by-header", "--no-progress", check=True)
+    assert media_rows(root) == [
+        ("picture.bin", "image", '{"width":33,"height":17,"format":"PNG","mode":"RGB"}')
+    ]
+
+
+def test_no_media_or_a_broken_header_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "notes.txt").write_text("plain text")
+    empty = run_shardprep("prepare-media", str(root), "--media-metadata-by-extension")
+    assert empty.returncode == 1 and "No media files found" in empty.stderr
+    assert not (root / ".nv-meta").exists()
+    (root / "good.png").write_bytes(IMAGES["rgb1.png"])
+    run_shardprep("prepare-media", str(root), "--media-metadata-by-extension", check=True)
+    before = snapshot(root)
+    (root / "cut.gif").write_bytes(IMAGES["p33.gif"][:11])
+    broken = run_shardprep("prepare-media", str(root), "--media-metadata-by-extension")
+    assert broken.returncode == 1
+    assert f"{root / 'cut.gif'} at byte 11" in broken.stderr and "logical screen" in broken.stderr
+    (root / "cut.gif").unlink()
+    assert snapshot(root) == before
+
+
+def test_energons_file_stores_read_our_media_metadata(tmp_path: Path) -> None:
+    from megatron.energon.cache.file_store import SystemFileStore, WebdatasetFileStore
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.media import ImageMetadata
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.webp").write_bytes(IMAGES["lossless33.webp"])
+    run_shardprep("prepare-media", str(folder), "--media-metadata-by-extension", check=True)
+    found = SystemFileStore(EPath(folder)).get_media_metadata("a.webp")
+    assert found == ImageMetadata(width=33, height=17, format="WEBP", mode="RGBA")
+
+    shards = media_dataset(tmp_path / "shards", shards=1)
+    run_shardprep("prepare", str(shards), *FLAGS, "--media-metadata-by-extension", check=True)
+    key, _, text = media_rows(shards)[0]
+    found = WebdatasetFileStore(EPath(shards)).get_media_metadata(key)
+    assert isinstance(found, ImageMetadata) and found.to_dict() == json.loads(text)
