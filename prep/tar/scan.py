@@ -207,12 +207,11 @@ class HeaderWalker:
                 return None
             pax = headers[:, TYPEFLAG] == PAX_EXTENDED
             if pax.any():
-                # Only the records' bytes are searched, not the zero padding of their blocks.
-                width = int(sizes[pax].max())
-                if width > BLOCK:
+                # The records' whole block is searched, as tarfile reads it (records may run on where
+                # the size field ends); records longer than a block are left to the walk.
+                if int(sizes[pax].max()) > BLOCK:
                     return None
-                records = blocks[following[pax], :width].tobytes()
-                if _pax_may_change_index(records):
+                if _pax_may_change_index(blocks[following[pax]].tobytes()):
                     return None
             for row in np.flatnonzero(headers[:, PREFIX_START]):  # ustar prefixes are rare: keep them aside
                 prefixes[int(candidates[row])] = bytes(headers[row, PREFIX]).split(b"\0", 1)[0]
@@ -316,6 +315,9 @@ class HeaderWalker:
         pos = 0
         chain_start = -1  # first header of an L/K/x chain: where the member "starts" for energon
         long_name: str | None = None
+        # In a chain of extended headers the first one wins, as in tarfile: an earlier long name over a
+        # later one and over a later PAX path, an earlier PAX record over a later one.
+        long_name_first = False
         pax: dict[str, str] | None = None
         released, release_at = 0, RELEASE_STRIDE
         # Headers are copied as they are read and their checksums checked in batches, so the check after
@@ -384,6 +386,8 @@ class HeaderWalker:
                         raise self._fail(pos, NOT_UTF8) from None
                 if pax is not None or global_pax:
                     name, member_size = self._apply_pax(pos, name, member_size, global_pax, pax)
+                    if long_name_first:
+                        name = long_name  # type: ignore[assignment]
                 next_pos = offset_data + block_ceil(member_size)
                 if next_pos > size or member_size < 0:
                     raise self._fail(pos, self._cut_data_problem(name, member_size, next_pos))
@@ -392,7 +396,7 @@ class HeaderWalker:
                     starts.append(chain_start if chain_start >= 0 else pos)
                     data_offsets.append(offset_data)
                     sizes.append(member_size)
-                chain_start, long_name, pax = -1, None, None
+                chain_start, long_name, pax, long_name_first = -1, None, None, False
                 pos = next_pos
                 continue
 
@@ -402,21 +406,22 @@ class HeaderWalker:
                     raise self._fail(pos, "an extended header's data runs past the end of the shard")
                 if typeflag != PAX_GLOBAL and chain_start < 0:
                     chain_start = pos
-                data = buf[offset_data:data_end]
+                # tarfile (so energon) reads an extended header's whole blocks: a long name up to its
+                # first NUL and PAX records up to the first NUL, also where the size field says less
+                data = buf[offset_data : min(offset_data + block_ceil(member_size), size)]
                 if typeflag == GNU_LONGNAME:
-                    # tarfile (so energon) reads the name up to the first NUL of its whole blocks, also
-                    # when the size field leaves the NUL out
-                    padded = buf[offset_data : min(offset_data + block_ceil(member_size), size)]
                     try:
-                        long_name = _text(padded)
+                        text = _text(data)
                     except UnicodeDecodeError:
                         raise self._fail(pos, NOT_UTF8) from None
+                    if long_name is None:
+                        long_name, long_name_first = text, pax is None
                 elif typeflag != GNU_LONGLINK and _pax_may_change_index(data):
                     records = self._pax_records(pos, data)
                     if typeflag == PAX_GLOBAL:
                         global_pax.update(records)
                     else:
-                        pax = records if pax is None else {**pax, **records}
+                        pax = records if pax is None else {**records, **pax}
                 pos = offset_data + block_ceil(member_size)
                 continue
 
@@ -430,7 +435,7 @@ class HeaderWalker:
                 next_pos += block_ceil(member_size)
                 if next_pos > size or member_size < 0:
                     raise self._fail(pos, "a member's data runs past the end of the shard")
-            chain_start, long_name, pax = -1, None, None
+            chain_start, long_name, pax, long_name_first = -1, None, None, False
             pos = next_pos
 
     def _pax_records(self, pos: int, data: bytes) -> dict[str, str]:

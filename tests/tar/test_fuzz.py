@@ -239,3 +239,33 @@ def test_verify_of_a_damaged_shard_reports_it_and_never_crashes(
     assert all(problem.where and problem.what and problem.fix for problem in report.problems)
     if not report.healthy:
         assert any("shard-1.tar" in problem.where for problem in report.problems), report.problems
+
+
+def _member(name: bytes, data: bytes) -> bytes:
+    return _header(name, len(data), b"0") + data.ljust(-(-len(data) // BLOCK) * BLOCK, b"\0")
+
+
+def _extension(typeflag: bytes, payload: bytes, size: int | None = None) -> bytes:
+    name = b"././@LongLink" if typeflag == b"L" else b"././@PaxHeader"
+    size = len(payload) if size is None else size
+    return _header(name, size, typeflag) + payload.ljust(-(-len(payload) // BLOCK) * BLOCK, b"\0")
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        [_extension(b"L", b"long-first.txt\0"), _extension(b"x", b"23 path=pax-second.txt\n")],
+        [_extension(b"x", b"22 path=pax-first.txt\n"), _extension(b"L", b"long-second.txt\0")],
+        [_extension(b"L", b"first.txt\0"), _extension(b"L", b"second.txt\0")],
+        [_extension(b"x", b"18 path=first.txt\n"), _extension(b"x", b"19 path=second.txt\n")],
+        [_extension(b"x", b"15 comment=xxx\n23 path=in-padding.txt\n", size=15)],  # records past the size
+    ],
+    ids=["long-then-pax", "pax-then-long", "two-long-names", "two-pax", "pax-records-past-size"],
+)
+def test_chains_of_extended_headers_name_the_member_as_tarfile_does(chain: list[bytes]) -> None:
+    data = b"".join(chain) + _member(b"short.txt", b"x") + bytes(2 * BLOCK)
+    theirs = tarfile_members(data)
+    assert theirs is not None
+    assert [(name, data_offset, size) for name, _, data_offset, size in scan(data)] == [
+        (name, data_offset, size) for name, _, data_offset, size in theirs
+    ]
