@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from prep.cli import dataset_argument
+from prep.cli import ProgressLine, dataset_argument, num_workers_option, progress_option
 from prep.codecs import TEXT_LIMIT
 
 
@@ -41,12 +41,49 @@ def info_command(dataset: Path, as_json: bool, plot: Path | None, largest: int) 
 @click.command("verify")
 @dataset_argument
 @click.option("--deep", is_flag=True, help="Also re-read every header and decode every member.")
+@click.option(
+    "--load",
+    is_flag=True,
+    help="Also load every sample through dataset.yaml as energon's loader does (what `energon lint` checks).",
+)
+@click.option("--split", default=None, help="With --load: the split to load [default: every split].")
+@num_workers_option
+@progress_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def verify_command(dataset: Path, deep: bool, as_json: bool) -> None:
+def verify_command(
+    dataset: Path,
+    deep: bool,
+    load: bool,
+    split: str | None,
+    num_workers: int | None,
+    progress: bool,
+    as_json: bool,
+) -> None:
     """Check that .info.json, split files, .tar.idx, sqlite and the tars agree; exit 1 if they do not."""
-    from prep.inspect.verify import format_report, report_json, verify_dataset
+    from prep.inspect.verify import Problem, format_report, report_json, verify_dataset
 
+    if split is not None and not load:
+        raise click.UsageError("--split is for --load.")
     report = verify_dataset(dataset, deep=deep)
+    if load and report.healthy:
+        from prep.inspect.load import load_samples
+
+        line = ProgressLine(progress)
+        try:
+            load_samples(
+                report,
+                split=split,
+                workers=num_workers,
+                progress=lambda done, total: line.show(f"loading samples: {done:,}/{total:,}"),
+            )
+        finally:
+            line.close()
+    elif load:
+        report.warnings.append(
+            Problem(
+                report.root, "samples were not loaded: the index has problems.", "fix them, then run --load"
+            )
+        )
     click.echo(report_json(report) if as_json else format_report(report))
     if not report.healthy:
         sys.exit(1)  # prep.cli.main drops the code of click.exceptions.Exit in non-standalone mode

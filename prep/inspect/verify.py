@@ -63,6 +63,9 @@ class VerifyReport:
     parts: int = 0
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    #: With `--load` (`prep.inspect.load`): the samples loaded through dataset.yaml.
+    load: bool = False
+    loaded: int = 0
 
     @property
     def healthy(self) -> bool:
@@ -538,6 +541,8 @@ def format_report(report: VerifyReport) -> str:
         if report.deep
         else "index and headers; --deep also reads every member"
     )
+    if report.load:
+        mode += f"; {report.loaded:,} samples loaded through dataset.yaml"
     lines = [
         f"verify {report.root}: {report.shards:,} shards, {report.samples:,} samples, {report.parts:,} parts ({mode})"
     ]
@@ -558,6 +563,7 @@ def report_json(report: VerifyReport) -> str:
             "shards": report.shards,
             "samples": report.samples,
             "parts": report.parts,
+            **({"loaded": report.loaded} if report.load else {}),
             "problems": [asdict(problem) for problem in report.problems],
             "warnings": [asdict(warning) for warning in report.warnings],
         },
