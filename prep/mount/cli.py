@@ -22,7 +22,7 @@ READY_PREFIX = "mounted at "
 
 def _check_mountpoint(mountpoint: Path) -> None:
     if mounted_here(str(mountpoint)) is not None:
-        gone = " whose server has died (it answers 'Transport endpoint is not connected')"
+        gone = " whose server has died (every access fails: the connection to it is gone)"
         raise PrepError(
             f"{mountpoint} is already a mount point{gone if server_gone(str(mountpoint)) else ''}. Unmount it"
             f" first with `shardprep umount {mountpoint}`."

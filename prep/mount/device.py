@@ -30,7 +30,7 @@ FUSE_INSTALL_HINT = (
 def mounted_here(path: str) -> str | None:
     """The filesystem type mounted at `path` (e.g. "fuse.shardprep"), from this process's mount table, or
     None. Unlike os.path.ismount it also sees a FUSE mount whose server has died (where every stat fails
-    with ENOTCONN)."""
+    with ENOTCONN, or ECONNABORTED when the kernel aborted the connection)."""
     target = os.path.abspath(path)
     try:
         table = open("/proc/self/mountinfo").read().splitlines()
@@ -44,11 +44,12 @@ def mounted_here(path: str) -> str | None:
 
 
 def server_gone(path: str) -> bool:
-    """Whether `path` is a FUSE mount whose server has died (ENOTCONN)."""
+    """Whether `path` is a FUSE mount whose server has died: ENOTCONN, or ECONNABORTED where the kernel
+    aborted the connection (seen on mounts made through fusermount3)."""
     try:
         os.stat(path)
     except OSError as error:
-        return error.errno == errno.ENOTCONN
+        return error.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False
 
 

@@ -394,7 +394,7 @@ def test_a_killed_server_leaves_a_dead_mount_that_umount_cleans_and_a_new_mount_
         assert end_process(mounted.pid)
         with pytest.raises(OSError) as raised:
             os.stat(mountpoint)
-        assert raised.value.errno == errno.ENOTCONN
+        assert raised.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the latter via fusermount3
         again = run_shardprep("mount", str(dataset), str(mountpoint))
         assert again.returncode != 0 and "server has died" in again.stderr and "umount" in again.stderr
         result = run_shardprep("umount", str(mountpoint), check=True)
