@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,6 +32,28 @@ class ShardError(PrepError):
     def __reduce__(self) -> tuple:
         # Crosses process boundaries from the scanning workers intact.
         return (self.__class__, (self.shard, self.problem, self.offset, self.advice))
+
+
+#: How many problems one report lists before summarising the rest.
+MAX_REPORTED_ERRORS = 10
+
+
+def errors_report(errors: Sequence[PrepError], headline: str) -> PrepError:
+    """One error for a run's problems: the problem itself if there is one, else `headline` (which follows
+    the count, e.g. "problems; nothing was written") and the first ones, one per line.
+
+    >>> print(errors_report([PrepError("a"), PrepError("b")], "problems; nothing was written:"))
+    2 problems; nothing was written:
+      - a
+      - b
+    """
+    if len(errors) == 1:
+        return errors[0]
+    lines = [f"{len(errors)} {headline}"]
+    lines += [f"  - {error}" for error in errors[:MAX_REPORTED_ERRORS]]
+    if len(errors) > MAX_REPORTED_ERRORS:
+        lines.append(f"  ... and {len(errors) - MAX_REPORTED_ERRORS} more.")
+    return PrepError("\n".join(lines))
 
 
 #: errno values a run reports as a clear message (the disk, the filesystem, the permissions), not a traceback.

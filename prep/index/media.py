@@ -15,15 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prep.errors import PrepError, ShardError
+from prep.errors import PrepError, ShardError, errors_report
 from prep.index.sqlite import MediaIndexWriter
 from prep.media.describe import MediaRow, describe_part
 from prep.media.filter import AV, MediaFilter
 from prep.media.images import MediaError, from_file
 from prep.processes import ordered_map
 
-#: How many broken shards one error lists before summarising the rest.
-MAX_REPORTED_ERRORS = 10
 #: `progress(shards done, shards in all)`, called as each shard's media rows go in.
 MediaProgress = Callable[[int, int], None]
 
@@ -120,7 +118,7 @@ def add_media_metadata(
                 summary.rows += len(result.rows)
                 summary.skipped_av += result.skipped_av
         if errors:
-            raise _errors_report(errors)
+            raise errors_report(errors, "shards have unreadable media; nothing was written:")
         writer.add_media_filter(media.strategy, media.stored_patterns)
         writer.commit()
     return summary
@@ -133,16 +131,6 @@ def skipped_av_warning(count: int) -> str:
         " video headers yet (energon 7.4.1 does so only with PyAV installed, and otherwise writes no row"
         " for them either)."
     )
-
-
-def _errors_report(errors: list[ShardError]) -> PrepError:
-    if len(errors) == 1:
-        return errors[0]
-    lines = [f"{len(errors)} shards have unreadable media; nothing was written:"]
-    lines += [f"  - {error}" for error in errors[:MAX_REPORTED_ERRORS]]
-    if len(errors) > MAX_REPORTED_ERRORS:
-        lines.append(f"  ... and {len(errors) - MAX_REPORTED_ERRORS} more.")
-    return PrepError("\n".join(lines))
 
 
 #: Files of a folder dataset per worker task: enough to make a task's round trip cheap.

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Protocol
 
 from prep.engines import LOCAL, check_engine
-from prep.errors import PrepError, ShardError, plain_io_errors
+from prep.errors import MAX_REPORTED_ERRORS, PrepError, ShardError, errors_report, plain_io_errors
 from prep.index.dataset_yaml import (
     DatasetDefinition,
     check_definition,
@@ -89,7 +89,6 @@ from prep.prepare.shards import (
 from prep.processes import ordered_map, worker_count
 
 #: How many shard errors one report lists before summarising the rest.
-MAX_REPORTED_ERRORS = 10
 #: Samples whose parts the wizard shows after indexing (energon shows two).
 PREVIEW_SAMPLES = 2
 #: With more part types than this, energon offers no field map (a sample loader instead).
@@ -475,7 +474,7 @@ def _insert_rows(
             if result.tar_file_id == 0:
                 staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
         if errors:
-            raise _shard_errors_report(errors)
+            raise errors_report(errors, "problems; nothing was written and the previous index is untouched:")
         # sqlite builds the indexes without holding the GIL: meanwhile load what writes the YAML files.
         loading = threading.Thread(target=importlib.import_module, args=("yaml",), daemon=True)
         loading.start()
@@ -582,13 +581,3 @@ def _no_end_marker(shard: str, end: int) -> ShardError:
         advice="Check the shard's last samples; without --strict it is indexed to its end, as GNU tar,"
         " tarfile and energon read it.",
     )
-
-
-def _shard_errors_report(errors: list[PrepError]) -> PrepError:
-    if len(errors) == 1:
-        return errors[0]
-    lines = [f"{len(errors)} problems; nothing was written and the previous index is untouched:"]
-    lines += [f"  - {error}" for error in errors[:MAX_REPORTED_ERRORS]]
-    if len(errors) > MAX_REPORTED_ERRORS:
-        lines.append(f"  ... and {len(errors) - MAX_REPORTED_ERRORS} more.")
-    return PrepError("\n".join(lines))
