@@ -27,19 +27,31 @@ FUSE_INSTALL_HINT = (
 )
 
 
+def mount_table() -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount this process sees, in mount order, from
+    /proc/self/mountinfo; empty where there is no such file."""
+    try:
+        with open("/proc/self/mountinfo") as table:
+            lines = table.read().splitlines()
+    except OSError:  # pragma: no cover - not Linux
+        return []
+    mounts = []
+    for line in lines:
+        fields = line.split()
+        mounts.append((_unescape(fields[4]), fields[fields.index("-") + 1]))
+    return mounts
+
+
 def mounted_here(path: str) -> str | None:
     """The filesystem type mounted at `path` (e.g. "fuse.shardprep"), from this process's mount table, or
     None. Unlike os.path.ismount it also sees a FUSE mount whose server has died (where every stat fails
     with ENOTCONN, or ECONNABORTED when the kernel aborted the connection)."""
     target = os.path.abspath(path)
-    try:
-        table = open("/proc/self/mountinfo").read().splitlines()
-    except OSError:  # pragma: no cover - not Linux
+    if not os.path.exists("/proc/self/mountinfo"):  # pragma: no cover - not Linux
         return "unknown" if os.path.ismount(target) else None
-    for line in reversed(table):  # the last mount at a path is the one in effect
-        fields = line.split()
-        if _unescape(fields[4]) == target:
-            return fields[fields.index("-") + 1]
+    for point, kind in reversed(mount_table()):  # the last mount at a path is the one in effect
+        if point == target:
+            return kind
     return None
 
 

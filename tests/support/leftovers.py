@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from prep.mount.device import mounted_here, unmount
+from prep.mount.device import mount_table, mounted_here, unmount
 
 
 def unmount_quietly(mountpoint: Path, server_pid: int | None = None) -> None:
@@ -49,13 +49,8 @@ def _alive(pid: int) -> bool:
 
 def mounts_under(folder: Path) -> list[Path]:
     """Mount points at or below `folder`, from this process's mount table."""
-    found = []
     prefix = str(folder.resolve())
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")  # octal escapes such as \040
-        if point == prefix or point.startswith(prefix + "/"):
-            found.append(Path(point))
-    return found
+    return [Path(point) for point, _ in mount_table() if point == prefix or point.startswith(prefix + "/")]
 
 
 def processes_mentioning(folder: Path) -> dict[int, str]:
