@@ -39,18 +39,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tools import bench_datasets
+from tools.bench_prepare import PREPARE_FLAGS
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--force-overwrite", "--no-progress", "--crude"]
-ENERGON_FLAGS = [
-    "--non-interactive",
-    "--split-ratio",
-    "8,1,1",
-    "--force-overwrite",
-    "--no-progress",
-    "--sample-type",
-    "CrudeWebdataset",
-]
 WRITE_FLAGS = ["--maxcount", "5000", "--overwrite", "--no-progress"]
 #: The issue's target: Ray local within this fraction of the local engine's wall time on one machine.
 TARGET_RAY_OVERHEAD = 0.15
@@ -161,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         ways = {way: [*prepare, *flags] for way, flags in engines.items()}
         energon = shutil.which("energon", path=os.path.dirname(sys.executable))
         if args.energon and energon:
-            ways["energon"] = [energon, "prepare", root, *ENERGON_FLAGS]
+            ways["energon"] = [energon, "prepare", root, *PREPARE_FLAGS]
         times = timed(ways, args.repeat, lambda: output_hash(dataset.path))
         write_times = {}
         if args.write_lines:

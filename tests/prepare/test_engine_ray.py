@@ -15,7 +15,13 @@ from prep.errors import PrepError, ShardError
 from prep.index.splits import SHUFFLE_SEED
 from prep.prepare import prepare_dataset
 from prep.prepare.run import PrepareOptions, Unattended, prepare
-from tests.support.prepare import REPO, run_shardprep, snapshot, sqlite_contents, tar_indexes, twin
+from tests.support.prepare import (
+    REPO,
+    prepared_outputs,
+    run_shardprep,
+    snapshot,
+    twin,
+)
 from tests.support.ray import local_ray
 from tests.support.shards import sample_members, tricky_members, write_tarfile
 
@@ -41,22 +47,11 @@ def dataset(tmp_path: Path) -> Path:
     return root
 
 
-def outputs(root: Path) -> dict:
-    meta = root / ".nv-meta"
-    return {
-        "tar.idx": tar_indexes(root),
-        "sqlite": sqlite_contents(meta / "index.sqlite"),
-        "info": (meta / ".info.json").read_bytes(),
-        "split": (meta / "split.yaml").read_bytes(),
-        "dataset.yaml": (meta / "dataset.yaml").read_bytes() if (meta / "dataset.yaml").exists() else None,
-    }
-
-
 def test_ray_and_local_engines_write_the_same_bytes(cluster: str, dataset: Path) -> None:
     local = twin(dataset, "local")
     run_shardprep("prepare", str(local), *FLAGS, "--num-workers", "2", check=True)
     run_shardprep("prepare", str(dataset), *FLAGS, "--engine", "ray", "--ray-address", cluster, check=True)
-    ours, theirs = outputs(dataset), outputs(local)
+    ours, theirs = prepared_outputs(dataset), prepared_outputs(local)
     assert len(ours["tar.idx"]) == SHARDS
     assert ours == theirs
 
@@ -70,7 +65,7 @@ def test_python_api_uses_the_ray_already_running(cluster: str, dataset: Path) ->
     counts = prepare(dataset, options, progress=lambda done, total: seen.append((done, total)))
     assert counts == prepare_dataset(local, split_ratio="1,1,1", sample_type="CrudeWebdataset")
     assert seen == [(done, SHARDS) for done in range(1, SHARDS + 1)]
-    assert outputs(dataset) == outputs(local)
+    assert prepared_outputs(dataset) == prepared_outputs(local)
 
 
 def test_a_bad_shard_is_named_and_nothing_is_written(cluster: str, dataset: Path) -> None:
@@ -121,4 +116,4 @@ def test_the_ray_engine_resumes_a_failed_run(cluster: str, dataset: Path) -> Non
     prepare(dataset, options, wizard)
     assert wizard.reused == (SHARDS - 1, SHARDS)
     prepare_dataset(local, split_ratio="8,1,1")
-    assert outputs(dataset) == outputs(local)
+    assert prepared_outputs(dataset) == prepared_outputs(local)

@@ -11,20 +11,20 @@ from pathlib import Path
 
 from tests.prepare.test_media_matches_energon import FLAGS, media_dataset, media_rows
 from tests.support.media import assert_same_media_index, images, without_created_at
-from tests.support.prepare import ENERGON, run_energon_prepare, run_shardprep, snapshot, sqlite_contents, twin
+from tests.support.prepare import (
+    run_energon,
+    run_energon_prepare,
+    run_shardprep,
+    snapshot,
+    sqlite_contents,
+    twin,
+)
 
 IMAGES = images()
 
 
 def run_energon_prepare_media(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [ENERGON, "prepare-media", "--no-progress", "--num-workers", "2", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, f"energon prepare-media failed:\n{result.stdout}\n{result.stderr}"
-    return result
+    return run_energon("prepare-media", "--no-progress", "--num-workers", "2", *args, timeout=120)
 
 
 def folder_dataset(root: Path) -> Path:

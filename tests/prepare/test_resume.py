@@ -16,7 +16,7 @@ import pytest
 from prep.errors import ShardError
 from prep.prepare import prepare_dataset
 from prep.prepare.resume import RESUME_DIR
-from tests.support.prepare import REPO, run_shardprep, sqlite_contents, tar_indexes, twin
+from tests.support.prepare import REPO, prepared_outputs, run_shardprep, twin
 from tests.support.shards import sample_members, write_tarfile
 
 FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--shuffle-tars", "--no-progress", "--crude"]
@@ -26,16 +26,6 @@ def write_dataset(root: Path, shards: int, samples: int) -> Path:
     for n in range(shards):
         write_tarfile(root / f"shard-{n:04d}.tar", sample_members(f"s{n}-", samples))
     return root
-
-
-def outputs(root: Path) -> dict:
-    meta = root / ".nv-meta"
-    return {
-        "tar.idx": tar_indexes(root),
-        "sqlite": sqlite_contents(meta / "index.sqlite"),
-        "info": (meta / ".info.json").read_bytes(),
-        "split": (meta / "split.yaml").read_bytes(),
-    }
 
 
 def reused(stdout: str) -> tuple[int, int]:
@@ -64,7 +54,7 @@ def test_a_killed_prepare_resumes_with_the_shards_it_finished(tmp_path: Path) ->
     count, total = reused(result.stdout)
     assert total == 200 and 20 <= count < 200
     run_shardprep("prepare", str(clean), *FLAGS, check=True)
-    assert outputs(root) == outputs(clean)
+    assert prepared_outputs(root) == prepared_outputs(clean)
     assert not checkpoint.exists(), "the checkpoint outlived the index it was for"
 
 
@@ -83,8 +73,8 @@ def test_a_failed_prepare_resumes_and_a_shard_changed_since_is_scanned_again(tmp
     assert reused(result.stdout) == (10, 12)
     clean = twin(root, "clean")
     run_shardprep("prepare", str(clean), *FLAGS, check=True)
-    assert outputs(root) == outputs(clean)
-    assert "changed-00000" in str(outputs(root)["sqlite"]["samples"]["rows"])
+    assert prepared_outputs(root) == prepared_outputs(clean)
+    assert "changed-00000" in str(prepared_outputs(root)["sqlite"]["samples"]["rows"])
 
 
 def test_without_resume_nothing_is_kept(tmp_path: Path) -> None:

@@ -49,16 +49,36 @@ def run_shardprep(
     return result
 
 
-def run_energon_prepare(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+def run_energon(
+    command: str, *args: str, input: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`energon COMMAND ARGS`, which must succeed (stdin closed unless `input`)."""
     result = subprocess.run(
-        [ENERGON, "prepare", *args],
+        [ENERGON, command, *args],
         input=input if input is not None else "",
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
-    assert result.returncode == 0, f"energon prepare failed:\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, f"energon {command} failed:\n{result.stdout}\n{result.stderr}"
     return result
+
+
+def run_energon_prepare(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return run_energon("prepare", *args, input=input)
+
+
+def prepared_outputs(root: Path) -> dict:
+    """What a prepare writes, to compare two runs: every `.tar.idx`, the sqlite contents, `.info.json`,
+    `split.yaml` and `dataset.yaml` (None if absent); not the random `index.uuid`."""
+    meta = root / ".nv-meta"
+    return {
+        "tar.idx": tar_indexes(root),
+        "sqlite": sqlite_contents(meta / "index.sqlite"),
+        "info": (meta / ".info.json").read_bytes(),
+        "split": (meta / "split.yaml").read_bytes(),
+        "dataset.yaml": (meta / "dataset.yaml").read_bytes() if (meta / "dataset.yaml").exists() else None,
+    }
 
 
 def sqlite_contents(path: Path) -> dict:
