@@ -86,25 +86,36 @@ def ray_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {**os.environ, "RAY_TMPDIR": str(tmp_path_factory.mktemp("r"))}
 
 
-def test_no_process_of_a_local_instance_outlives_a_killed_driver(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def start_driver(script: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Popen, dict]:
+    """Run `script` (which prints "ready" once its local Ray instance is up) as a driver process; return
+    it and its descendants as they are at that moment (pid -> start time)."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER],
+        [sys.executable, "-c", script],
         cwd=REPO,
         env=ray_files(tmp_path_factory),
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert driver.stdout is not None and driver.stdout.readline() == "ready\n"
-        started = _descendants(driver.pid)
+    except BaseException:
+        driver.kill()
+        driver.communicate()
+        raise
+    return driver, _descendants(driver.pid)
+
+
+def test_no_process_of_a_local_instance_outlives_a_killed_driver(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    driver, started = start_driver(DRIVER, tmp_path_factory)
+    try:
         assert len(started) >= 3, "expected Ray's servers and workers under the driver"
     finally:
         driver.kill()
-        driver.wait()
+        driver.communicate()
     deadline = time.monotonic() + 10
     while (alive := [pid for pid, start in started.items() if _process_start(pid) == start]) and (
         time.monotonic() < deadline
@@ -133,18 +144,8 @@ except KeyboardInterrupt:
 def test_sigterm_unwinds_the_driver_like_ctrl_c_and_stops_the_local_instance(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
-    driver = subprocess.Popen(
-        [sys.executable, "-c", INTERRUPTED_DRIVER],
-        cwd=REPO,
-        env=ray_files(tmp_path_factory),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    driver, started = start_driver(INTERRUPTED_DRIVER, tmp_path_factory)
     try:
-        assert driver.stdout is not None and driver.stdout.readline() == "ready\n"
-        started = _descendants(driver.pid)
         time.sleep(0.5)
         driver.terminate()
         out, err = driver.communicate(timeout=30)
