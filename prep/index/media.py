@@ -43,13 +43,13 @@ class MediaSummary:
 
 
 def describe_shard_media(
-    root: str, shard: str, parts: list[tuple[str, int, int]], media: MediaFilter
+    path: str, shard: str, parts: list[tuple[str, int, int]], media: MediaFilter
 ) -> ShardMedia | ShardError:
-    """Worker task: describe the parts `(entry key, content offset, size)` of one shard. A broken media
-    header comes back as a ShardError naming the part and its byte offset in the shard."""
+    """Worker task: describe the parts `(entry key, content offset, size)` of one shard, read from `path`.
+    A broken media header comes back as a ShardError naming the part and its byte offset in the shard."""
     result = ShardMedia()
     try:
-        with open(os.path.join(root, shard), "rb") as file:
+        with open(path, "rb") as file:
             descriptor = file.fileno()
             for entry_key, offset, size in parts:
                 try:
@@ -76,8 +76,10 @@ class _ShardTasks:
     """The media tasks, one per shard, made as the map asks for them (so only a few shards' part lists
     are held at once): the parts the filter considers, by name, read from the index being built."""
 
-    def __init__(self, root: Path, shards: list[str], writer: MediaIndexWriter, media: MediaFilter) -> None:
-        self.root, self.shards, self.writer, self.media = root, shards, writer, media
+    def __init__(
+        self, paths: list[Path], shards: list[str], writer: MediaIndexWriter, media: MediaFilter
+    ) -> None:
+        self.paths, self.shards, self.writer, self.media = paths, shards, writer, media
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -90,7 +92,7 @@ class _ShardTasks:
             entry_key = f"{key}.{part}"
             if self.media.considers(entry_key):
                 parts.append((entry_key, offset, size))
-        return str(self.root), self.shards[tar_file_id], parts, self.media
+        return str(self.paths[tar_file_id]), self.shards[tar_file_id], parts, self.media
 
 
 def add_media_metadata(
@@ -100,13 +102,18 @@ def add_media_metadata(
     media: MediaFilter,
     workers: int,
     progress: MediaProgress | None = None,
+    *,
+    paths: list[Path] | None = None,
 ) -> MediaSummary:
     """Describe the media parts of `shards` (in `tar_file_id` order) into the index at `index_path` and
-    record the filter; every bad shard is reported, in one error, and then nothing is added."""
+    record the filter; every bad shard is reported, in one error, and then nothing is added. The shards
+    are read at `root / shard`, or at `paths` (one per shard: a `write` reads them where they are staged)."""
     summary = MediaSummary()
     errors: list[ShardError] = []
+    if paths is None:
+        paths = [root / shard for shard in shards]
     with MediaIndexWriter(index_path) as writer:
-        tasks = _ShardTasks(root, shards, writer, media)
+        tasks = _ShardTasks(paths, shards, writer, media)
         results = ordered_map(describe_shard_media, tasks, workers, what="reading media headers")
         for done, result in enumerate(results, 1):
             if progress is not None:

@@ -19,11 +19,14 @@ from pathlib import Path
 
 from prep.index.dataset_yaml import DatasetDefinition
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, INFO_JSON, SAMPLE_LOADER_PY, SPLIT_YAML
+from prep.index.media import MediaSummary, add_media_metadata
 from prep.index.meta import info_json_text, new_index_uuid, split_yaml_text
 from prep.index.rows import read_rows_file, write_rows_file, write_tar_index
 from prep.index.shard_list import shard_sort_key
 from prep.index.sqlite import SqliteIndexWriter
 from prep.index.staging import Staging
+from prep.media.filter import MediaFilter
+from prep.processes import worker_count
 from prep.tar.write import HeaderMaker
 from prep.write.shards import ShardLimits, ShardWriter, WrittenShard
 
@@ -36,6 +39,8 @@ class FinishedShard:
     bytes: int
     #: The shard's rows (`write_rows_file`), kept on disk in the staging folder until `finish`.
     rows_path: Path
+    #: Where the shard is staged until `commit`.
+    path: Path
 
 
 @dataclass
@@ -84,7 +89,9 @@ class DatasetBuild:
         write_tar_index(self.staging.tar_index_file(written.shard), rows)
         rows_path = self._rows_path()
         write_rows_file(rows_path, rows)
-        self.finished.append(FinishedShard(written.shard, split, rows.count, written.bytes, rows_path))
+        self.finished.append(
+            FinishedShard(written.shard, split, rows.count, written.bytes, rows_path, written.path)
+        )
 
     def _rows_path(self) -> Path:
         self.rows_files += 1
@@ -103,10 +110,17 @@ class DatasetBuild:
 
     def adopt(self, slot: ShardSlot, count: int, nbytes: int) -> None:
         """Take in a reserved shard that has been written with its index files; `nbytes` is its tar size."""
-        self.finished.append(FinishedShard(slot.shard, slot.split, count, nbytes, slot.rows_path))
+        self.finished.append(FinishedShard(slot.shard, slot.split, count, nbytes, slot.rows_path, slot.path))
 
-    def finish(self, split_names: list[str], definition: DatasetDefinition | None) -> None:
-        """Close every shard and write the index into the staging area (nothing is in place yet)."""
+    def finish(
+        self,
+        split_names: list[str],
+        definition: DatasetDefinition | None,
+        media: MediaFilter | None = None,
+        num_workers: int | None = None,
+    ) -> MediaSummary | None:
+        """Close every shard and write the index into the staging area (nothing is in place yet); with a
+        media filter, the shards' media parts are described into it too (read where they are staged)."""
         for writer in self.writers.values():
             writer.close()
         shards = sorted(self.finished, key=lambda shard: shard_sort_key(shard.shard))
@@ -119,6 +133,13 @@ class DatasetBuild:
                 index.add_rows(rows)
                 shard.rows_path.unlink()
             index.finish()
+        described = None
+        if media is not None:
+            names = [shard.shard for shard in shards]
+            paths = [shard.path for shard in shards]
+            index_path = self.staging.meta_file(INDEX_SQLITE)
+            workers = worker_count(num_workers, len(shards))
+            described = add_media_metadata(self.root, names, index_path, media, workers, paths=paths)
         splits = {name: [shard.shard for shard in shards if shard.split == name] for name in split_names}
         meta = {
             INDEX_UUID: new_index_uuid(),
@@ -131,6 +152,7 @@ class DatasetBuild:
                 meta[SAMPLE_LOADER_PY] = definition.sample_loader
         for name, text in meta.items():
             self.staging.meta_file(name).write_text(text)
+        return described
 
     def split_counts(self, split_names: list[str]) -> dict[str, int]:
         """Samples written per split."""

@@ -10,11 +10,13 @@ from prep.cli import (
     ProgressLine,
     engine_option,
     field_map_option,
+    media_metadata_options,
     num_workers_option,
     progress_option,
     ray_address_option,
     stop_on_sigterm,
 )
+from prep.index.media import skipped_av_warning
 from prep.write.options import AUX_FORMATS, DEFAULT_SHARD_PATTERN, ON_ERROR, WriteOptions
 from prep.write.run import REJECTS_FILE, WriteProgress, WriteSummary, write
 from prep.write.sources import KINDS, open_sources
@@ -35,6 +37,10 @@ def describe_summary(summary: WriteSummary) -> str:
         lines.append(
             f"{summary.oversize_groups} groups were larger than --maxcount/--maxsize and got a shard each."
         )
+    if summary.media is not None:
+        lines.append(f"Media metadata of {summary.media.rows:,} parts stored in index.sqlite.")
+        if summary.media.skipped_av:
+            lines.append(skipped_av_warning(summary.media.skipped_av))
     if summary.rejects:
         lines.append(
             f"Rejected {summary.rejects:,} inputs; they are listed with their reasons in {summary.rejects_path}."
@@ -98,6 +104,7 @@ def _progress_text(progress: WriteProgress) -> str:
 @progress_option
 @engine_option
 @ray_address_option
+@media_metadata_options
 def write_command(
     paths: tuple[Path, ...],
     kind: str | None,
@@ -122,6 +129,9 @@ def write_command(
     progress: bool,
     engine: str,
     ray_address: str | None,
+    media_metadata_by_glob: str | None,
+    media_metadata_by_header: bool,
+    media_metadata_by_extension: bool,
 ) -> None:
     """Write SOURCE... (JSONL, CSV, Parquet, folders, parallel text) into a prepared dataset at OUT_DIR.
 
@@ -137,7 +147,8 @@ def write_command(
         split_ratio=split_ratio, group_by=group_by, group_contiguous=group_contiguous, seed=seed,
         media_columns=media_columns, aux_format=aux_format, sample_type=sample_type, field_map=field_map,
         on_error=on_error, rejects=rejects, overwrite=overwrite, allow_pickle=allow_pickle, num_workers=num_workers,
-        engine=engine, ray_address=ray_address,
+        engine=engine, ray_address=ray_address, media_metadata_by_glob=media_metadata_by_glob,
+        media_metadata_by_header=media_metadata_by_header, media_metadata_by_extension=media_metadata_by_extension,
     )  # fmt: skip
     columns = None
     if options.parts is not None:  # a columnar source reads only the fields the write uses

@@ -27,6 +27,7 @@ from prep.index.dataset_yaml import (
 )
 from prep.index.format import RATIO_SPLITS
 from prep.index.splits import parse_split_ratio
+from prep.media.filter import MediaFilter, media_filter_from_options
 from prep.processes import worker_count
 from prep.write.shards import ShardLimits
 
@@ -64,6 +65,8 @@ class WriteOptions:
     engine: str = LOCAL
     #: With the "ray" engine, the cluster to use; None starts a local Ray instance for the run.
     ray_address: str | None = None
+    #: Describe media parts into index.sqlite as `prepare --media-metadata-by-*` does; None: not.
+    media_filter: MediaFilter | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -118,9 +121,13 @@ class WriteOptions:
         num_workers: int | None = None,
         engine: str = LOCAL,
         ray_address: str | None = None,
+        media_metadata_by_glob: str | None = None,
+        media_metadata_by_header: bool = False,
+        media_metadata_by_extension: bool = False,
     ) -> WriteOptions:
         """Options from flags as given: `parts` as FIELD=PART, `split_ratio` as "8,1,1", `media_columns`
-        as FIELD[=EXT], `field_map` as JSON; the rest as they are."""
+        as FIELD[=EXT], `field_map` as JSON, the media filter as prepare's three options; the rest as
+        they are."""
         return cls(
             parts=_parse_parts(parts) if parts else None,
             key_column=key_column,
@@ -141,6 +148,9 @@ class WriteOptions:
             num_workers=num_workers,
             engine=engine,
             ray_address=ray_address,
+            media_filter=media_filter_from_options(
+                media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension
+            ),
         )
 
     @property

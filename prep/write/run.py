@@ -37,9 +37,11 @@ from pathlib import Path
 from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, plain_io_errors
 from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_dataset, find_sample_type
-from prep.index.format import META_DIR, METADATASET_YAML
+from prep.index.format import INDEX_SQLITE, META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
+from prep.index.media import MediaSummary, add_folder_media_metadata
 from prep.index.staging import Staging
+from prep.media.filter import MediaFilter
 from prep.processes import in_child, ordered_map, worker_count
 from prep.tar.fields import END_OF_ARCHIVE
 from prep.write.build import DatasetBuild, ShardSlot
@@ -86,6 +88,8 @@ class WriteSummary:
     metadataset: Path | None = None
     oversize_groups: int = 0
     shard_names: list[str] = field(default_factory=list)
+    #: With a media filter: media rows written (primary and auxiliary dataset together), None without.
+    media: MediaSummary | None = None
 
     @property
     def samples(self) -> int:
@@ -130,6 +134,9 @@ class WriteRun:
             GroupSpool(self.primary.staging.meta_file("groups.spool")) if options.group_contiguous else None
         )
         self.oversize_groups = 0
+        #: (path relative to the aux folder, size) of each media file written there, for its media index.
+        self.aux_files: list[tuple[str, int]] = []
+        self.media: MediaSummary | None = None
 
     # -- the error policy and progress ----------------------------------------------------------------
     def reject(self, where: str, reason: str, text: str = "") -> None:
@@ -173,11 +180,15 @@ class WriteRun:
             self.bytes += self.aux_build.writer("train").write(key, media)
             return
         assert self.aux_folder is not None
+        media_filter = self.options.media_filter
         for part, data in media:
-            target = self.aux_folder / f"{key}.{part}"
+            name = f"{key}.{part}"
+            target = self.aux_folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             self.bytes += len(data)
+            if media_filter is not None and media_filter.considers(target.name):
+                self.aux_files.append((name, len(data)))
 
     def drain_groups(self) -> None:
         """Write the spooled groups, each whole in one shard (a new shard when it does not fit)."""
@@ -201,9 +212,18 @@ class WriteRun:
         """Write every index into staging (nothing is in place yet)."""
         self.drain_groups()
         split_names = list(self.options.split_names)
-        self.primary.finish(split_names, definition)
+        media, workers = self.options.media_filter, self.options.num_workers
+        described = [self.primary.finish(split_names, definition, media, workers)]
         if self.aux_build is not None:
-            self.aux_build.finish(split_names, define_dataset(find_sample_type(CRUDE_CLASS)))
+            crude = define_dataset(find_sample_type(CRUDE_CLASS))
+            described.append(self.aux_build.finish(split_names, crude, media, workers))
+        elif self.aux_folder is not None and media is not None:
+            described.append(self._describe_aux_folder(media))
+        if media is not None:
+            self.media = MediaSummary(
+                sum(summary.rows for summary in described if summary is not None),
+                sum(summary.skipped_av for summary in described if summary is not None),
+            )
         if self.rejects_file is not None:
             self.rejects_file.close()
         if self.options.polylithic:
@@ -211,6 +231,15 @@ class WriteRun:
             used = [name for name in split_names if written[name] or name == "train"]
             staged = self.staging.temp_path(self.out_dir / METADATASET_YAML)
             staged.write_text(metadataset_yaml(used, self.options.aux_format))
+
+    def _describe_aux_folder(self, media: MediaFilter) -> MediaSummary:
+        """The aux folder's media files into its own `.nv-meta/index.sqlite`, as `prepare-media` on it."""
+        assert self.aux_folder is not None
+        meta = self.aux_folder / META_DIR
+        meta.mkdir()
+        workers = worker_count(self.options.num_workers, len(self.aux_files))
+        self.aux_files.sort()
+        return add_folder_media_metadata(self.aux_folder, self.aux_files, meta / INDEX_SQLITE, media, workers)
 
     def commit(self) -> None:
         """Put everything in place: old contents out (with --overwrite), the aux dataset, the primary
@@ -261,6 +290,7 @@ class WriteRun:
             metadataset=self.out_dir / METADATASET_YAML if self.options.polylithic else None,
             oversize_groups=self.oversize_groups,
             shard_names=shard_names,
+            media=self.media,
         )
 
 
@@ -297,7 +327,8 @@ def write_dataset(
     dicts (webdataset style: `__key__` and parts). The options are `WriteOptions.parse`'s: `parts`,
     `key_column`, `maxcount`, `maxsize`, `shard_pattern`, `split_ratio`, `group_by`, `group_contiguous`,
     `seed`, `media_columns`, `aux_format`, `sample_type`, `field_map`, `on_error`, `rejects`,
-    `overwrite`, `allow_pickle`, `num_workers`, `engine`, `ray_address`; see `shardprep write --help` for
+    `overwrite`, `allow_pickle`, `num_workers`, `engine`, `ray_address`, `media_metadata_by_glob`,
+    `media_metadata_by_header`, `media_metadata_by_extension`; see `shardprep write --help` for
     what each does.
     """
     return write(_as_sources(sources), Path(out_dir), WriteOptions.parse(**options), progress)  # type: ignore[arg-type]
