@@ -1,23 +1,37 @@
-"""`prepare --media-metadata-by-extension` against `energon prepare` with the same flag, on the image dataset
-(real JPEGs, `tools.bench_datasets`), in one run: wall time, CPU, peak memory, ratios, and whether the
-media tables agree row for row.
+"""`prepare --media-metadata-by-extension` against `energon prepare` with the same flag, in one run: wall
+time, CPU, peak memory, ratios, and whether the media tables agree row for row.
 
-    python -m tools.bench_media --image-samples 20000
+Two datasets (`--datasets`):
+
+- image: the image dataset of `tools.bench_datasets` (real JPEGs, a caption and a JSON part each);
+- audio: WAV (16-bit PCM, written by the standard library) and, when `soundfile` is installed, FLAC clips
+  of 1 to 6 seconds at 16 kHz, with a caption each. energon decodes each clip with PyAV to count its
+  samples; shardprep reads the WAV and FLAC headers. energon describes audio only with PyAV installed,
+  so without PyAV this dataset is skipped.
+
+    python -m tools.bench_media --image-samples 20000 --audio-samples 4000
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import random
 import sqlite3
 import statistics
 import sys
+import tarfile
+import wave
 from pathlib import Path
 
 from tools import bench_datasets
+from tools.bench_datasets import Dataset
 from tools.bench_prepare import PREPARE_FLAGS, energon_executable
 from tools.measure import measure
 
 MEDIA_FLAG = "--media-metadata-by-extension"
+REPO = Path(__file__).resolve().parents[1]
+AUDIO_RATE = 16000
 
 
 def media_rows(dataset: Path) -> list[tuple]:
@@ -28,19 +42,63 @@ def media_rows(dataset: Path) -> list[tuple]:
         db.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=bench_datasets.DEFAULT_ROOT, help="dataset cache folder")
-    parser.add_argument("--image-samples", type=int, default=100_000)
-    parser.add_argument("--image-shards", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=1, help="runs per tool; the median wall is reported")
-    parser.add_argument("--num-workers", type=int, default=None, help="for both tools [default: CPU count]")
-    args = parser.parse_args(argv)
+def audio_clips(seed: int) -> list[tuple[str, bytes]]:
+    """Eight distinct clips (extension, bytes): WAV, and FLAC too when soundfile is installed."""
+    rng = random.Random(seed)
+    clips = []
+    for index in range(8):
+        frames = rng.randint(1, 6) * AUDIO_RATE + rng.randint(0, AUDIO_RATE - 1)
+        pcm = rng.randbytes(2 * frames)
+        buffer = io.BytesIO()
+        with wave.open(buffer, "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(AUDIO_RATE)
+            out.writeframes(pcm)
+        clips.append(("wav", buffer.getvalue()))
+        try:
+            import numpy as np
+            import soundfile
+        except ImportError:
+            continue
+        if index % 2:
+            samples = np.frombuffer(pcm, dtype="<i2")
+            buffer = io.BytesIO()
+            soundfile.write(buffer, samples, AUDIO_RATE, format="FLAC", subtype="PCM_16")
+            clips[-1] = ("flac", buffer.getvalue())
+    return clips
 
-    dataset = bench_datasets.ensure_image_dataset(args.out, args.image_samples, args.image_shards)
-    workers = ["--num-workers", str(args.num_workers)] if args.num_workers else []
+
+def ensure_audio_dataset(root: Path, samples: int, shards: int, seed: int = 0) -> Dataset:
+    """The audio dataset: a clip and a caption per sample, `shards` shards (cached like the others)."""
+
+    def build(folder: Path) -> int:
+        clips = audio_clips(seed)
+        per_shard = -(-samples // shards)
+        for shard in range(shards):
+            first, last = shard * per_shard, min(samples, (shard + 1) * per_shard)
+            with tarfile.open(
+                folder / (bench_datasets.SHARD_PATTERN % shard), "w", format=tarfile.USTAR_FORMAT
+            ) as tar:
+                for index in range(first, last):
+                    extension, clip = clips[index % len(clips)]
+                    for part, data in ((extension, clip), ("txt", f"clip {index}".encode())):
+                        info = tarfile.TarInfo(f"{index:09d}.{part}")
+                        info.size, info.mtime = len(data), 1_700_000_000
+                        tar.addfile(info, io.BytesIO(data))
+        return samples
+
+    kinds = "wav+flac" if any(extension == "flac" for extension, _ in audio_clips(seed)) else "wav"
+    params = {"kind": "audio", "samples": samples, "shards": shards, "clips": kinds, "seed": seed}
+    name = f"audio-{samples}x{shards}-{kinds}-seed{seed}"
+    return bench_datasets._cached(name, root, params, build, parts_per_sample=2)
+
+
+def bench_media(dataset: Dataset, repeat: int, workers: int | None, what: str) -> dict:
+    """energon, then shardprep, `repeat` times each on `dataset`; prints and returns the figures."""
+    extra = ["--num-workers", str(workers)] if workers else []
     commands = {
-        "energon": [energon_executable(), "prepare", str(dataset.path), *PREPARE_FLAGS, *workers, MEDIA_FLAG],
+        "energon": [energon_executable(), "prepare", str(dataset.path), *PREPARE_FLAGS, *extra, MEDIA_FLAG],
         "shardprep": [
             sys.executable,
             "-m",
@@ -48,36 +106,104 @@ def main(argv: list[str] | None = None) -> int:
             "prepare",
             str(dataset.path),
             *PREPARE_FLAGS,
-            *workers,
+            *extra,
             MEDIA_FLAG,
         ],
     }
     print(
-        f"{dataset.samples} samples ({dataset.samples} JPEG parts) in {dataset.shards} shards, {dataset.total_bytes() / 1e9:.2f} GB"
+        f"{dataset.name}: {dataset.samples} samples ({dataset.samples} {what} parts) in {dataset.shards} shards,"
+        f" {dataset.total_bytes() / 1e9:.2f} GB"
     )
-    results, rows = {}, {}
+    figures: dict = {"dataset": dataset.name, "samples": dataset.samples}
+    rows = {}
     for tool, command in commands.items():
         walls, measurement = [], None
-        for _ in range(args.repeat):
-            measurement, stderr = measure(command, cwd=Path(__file__).resolve().parents[1])
+        for _ in range(repeat):
+            measurement, stderr = measure(command, cwd=REPO)
             if measurement.returncode != 0:
                 print(f"{tool} failed:\n{stderr.decode(errors='replace')[-2000:]}")
-                return 1
+                figures["index_equal"] = False
+                return figures
             walls.append(measurement.wall_seconds)
-        results[tool] = (statistics.median(walls), measurement)
         rows[tool] = media_rows(dataset.path)
+        figures[tool] = {
+            "wall_seconds": statistics.median(walls),
+            "user_seconds": measurement.user_seconds,
+            "peak_tree_rss_mb": measurement.peak_tree_rss_mb,
+            "peak_tree_pss_mb": measurement.peak_tree_pss_mb,
+            "other_cores": measurement.other_cores,
+        }
         print(
-            f"{tool:>9}: {results[tool][0]:8.2f} s wall, {measurement.user_seconds:8.2f} s user,"
-            f" peak tree RSS {measurement.peak_tree_rss_mb:7.1f} MB, PSS {measurement.peak_tree_pss_mb:7.1f} MB"
+            f"{tool:>9}: {figures[tool]['wall_seconds']:8.2f} s wall, {measurement.user_seconds:8.2f} s user,"
+            f" peak tree RSS {measurement.peak_tree_rss_mb:7.1f} MB, PSS {measurement.peak_tree_pss_mb:7.1f} MB,"
+            f" other load {measurement.other_cores:.2f} cores"
         )
     same = rows["energon"] == rows["shardprep"]
+    figures["index_equal"] = same
+    figures["rows"] = len(rows["shardprep"])
+    ratio = figures["energon"]["wall_seconds"] / figures["shardprep"]["wall_seconds"]
+    memory = figures["energon"]["peak_tree_pss_mb"] / figures["shardprep"]["peak_tree_pss_mb"]
+    figures["speedup"], figures["memory_ratio"] = ratio, memory
     print(f"media tables equal: {same} ({len(rows['shardprep'])} rows)")
-    ratio = results["energon"][0] / results["shardprep"][0]
-    memory = results["energon"][1].peak_tree_pss_mb / results["shardprep"][1].peak_tree_pss_mb
     print(
         f"shardprep is {ratio:.1f}x faster than energon (wall); energon uses {memory:.1f}x the memory (PSS)"
     )
-    return 0 if same else 1
+    return figures
+
+
+def run(
+    root: Path,
+    datasets: list[str],
+    *,
+    image_samples: int,
+    image_shards: int,
+    audio_samples: int,
+    audio_shards: int,
+    repeat: int = 1,
+    workers: int | None = None,
+) -> list[dict]:
+    """The media benchmark on each named dataset ("image", "audio"); the figures of each."""
+    results = []
+    for name in datasets:
+        if name == "image":
+            dataset = bench_datasets.ensure_image_dataset(root, image_samples, image_shards)
+            results.append(bench_media(dataset, repeat, workers, "JPEG"))
+        elif name == "audio":
+            try:
+                import av  # noqa: F401  (energon describes audio only with PyAV)
+            except ImportError:
+                print("audio: skipped, PyAV is not installed (energon would write no audio rows)")
+                continue
+            dataset = ensure_audio_dataset(root, audio_samples, audio_shards)
+            results.append(bench_media(dataset, repeat, workers, "WAV/FLAC"))
+        else:
+            raise SystemExit(f"unknown media dataset {name!r} (image, audio)")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_media", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=bench_datasets.DEFAULT_ROOT, help="dataset cache folder")
+    parser.add_argument("--datasets", default="image,audio", help="comma list of image,audio")
+    parser.add_argument("--image-samples", type=int, default=100_000)
+    parser.add_argument("--image-shards", type=int, default=20)
+    parser.add_argument("--audio-samples", type=int, default=4000)
+    parser.add_argument("--audio-shards", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per tool; the median wall is reported")
+    parser.add_argument("--num-workers", type=int, default=None, help="for both tools [default: CPU count]")
+    args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)
+    results = run(
+        args.out,
+        [name.strip() for name in args.datasets.split(",") if name.strip()],
+        image_samples=args.image_samples,
+        image_shards=args.image_shards,
+        audio_samples=args.audio_samples,
+        audio_shards=args.audio_shards,
+        repeat=args.repeat,
+        workers=args.num_workers,
+    )
+    return 0 if all(result.get("index_equal") for result in results) else 1
 
 
 if __name__ == "__main__":

@@ -18,9 +18,12 @@ busy meanwhile ('other load'), a warning marks contended figures, and ``--quiet-
 ``--scale`` prepares the 10-million-sample dataset and a tenth of it with shardprep (energon only with
 ``--scale-energon``), to show the time and that memory stays flat as the dataset grows.
 ``--profile`` runs shardprep under cProfile with one worker on the text dataset and prints the top entries.
+``--media`` runs ``tools.bench_media``: ``prepare --media-metadata-by-extension`` against energon with the
+same flag on the image dataset (``--image-samples``) and on WAV/FLAC clips (``--audio-samples``).
 
     python -m tools.bench_prepare                 # text + image, 3 runs each
     python -m tools.bench_prepare --scale --datasets none
+    python -m tools.bench_prepare --media --datasets none --image-samples 20000
 """
 
 from __future__ import annotations
@@ -178,13 +181,27 @@ def compare(ours: IndexSummary, energons: IndexSummary | None, dataset: Dataset)
     checks: list[tuple[str, bool]] = []
     expected_samples = dataset.samples
     expected_parts = dataset.samples * dataset.parts_per_sample
-    checks.append((f"samples rows {ours.samples_rows} (generated {expected_samples})", ours.samples_rows == expected_samples))
-    checks.append((f"sample_parts rows {ours.parts_rows} (generated {expected_parts})", ours.parts_rows == expected_parts))
+    checks.append(
+        (
+            f"samples rows {ours.samples_rows} (generated {expected_samples})",
+            ours.samples_rows == expected_samples,
+        )
+    )
+    checks.append(
+        (
+            f"sample_parts rows {ours.parts_rows} (generated {expected_parts})",
+            ours.parts_rows == expected_parts,
+        )
+    )
     info_total = sum(ours.info.get("shard_counts", {}).values())
     checks.append((f".info.json total {info_total}", info_total == expected_samples))
     if energons is not None:
-        checks.append((f"energon samples rows {energons.samples_rows}", ours.samples_rows == energons.samples_rows))
-        checks.append((f"energon sample_parts rows {energons.parts_rows}", ours.parts_rows == energons.parts_rows))
+        checks.append(
+            (f"energon samples rows {energons.samples_rows}", ours.samples_rows == energons.samples_rows)
+        )
+        checks.append(
+            (f"energon sample_parts rows {energons.parts_rows}", ours.parts_rows == energons.parts_rows)
+        )
         if ours.rows_digest and energons.rows_digest:
             checks.append(("sqlite row contents", ours.rows_digest == energons.rows_digest))
         checks.append((".tar.idx bytes", ours.tar_idx_digest == energons.tar_idx_digest))
@@ -316,7 +333,11 @@ def bench_dataset(
     result: dict = {"dataset": dataset.name, "samples": dataset.samples}
     for tool in tools.values():
         if tool.runs:
-            result[tool.name] = {"wall": tool.wall, "peak_rss_mb": tool.peak_rss_mb, "pss_mb": tool.peak_pss_mb}
+            result[tool.name] = {
+                "wall": tool.wall,
+                "peak_rss_mb": tool.peak_rss_mb,
+                "pss_mb": tool.peak_pss_mb,
+            }
     ours = tools.get("shardprep")
     if ours is not None and ours.ok:
         energon = tools.get("energon")
@@ -410,7 +431,9 @@ def profile(dataset: Dataset, top: int) -> None:
     print(f"== profile: shardprep prepare --num-workers 1 on {dataset.name}, top {top} by cumulative time")
     warm_cache(dataset)
     argv = [sys.executable, "-m", "cProfile", "-s", "cumtime", "-m", "prep", "prepare", str(dataset.path)]
-    result = subprocess.run([*argv, *PREPARE_FLAGS, "--num-workers", "1"], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [*argv, *PREPARE_FLAGS, "--num-workers", "1"], cwd=REPO, capture_output=True, text=True
+    )
     lines = result.stdout.splitlines()
     start = next((number for number, line in enumerate(lines) if "ncalls" in line), None)
     if result.returncode != 0 or start is None:
@@ -429,7 +452,9 @@ def print_environment(tool_names: list[str], interval: float) -> None:
             f"energon prepare: megatron-energon {importlib.metadata.version('megatron-energon')}, "
             f"--num-workers default {default_num_workers('megatron.energon.tools.prepare', 'command')}"
         )
-    print(f"shardprep prepare: --num-workers default {default_num_workers('prep.prepare.cli', 'prepare_command')}")
+    print(
+        f"shardprep prepare: --num-workers default {default_num_workers('prep.prepare.cli', 'prepare_command')}"
+    )
     if "tar -tf" in tool_names:
         print(f"floor: {' '.join(tar_version)} -tf, shards one after another, output to /dev/null")
     print(f"flags for both: {' '.join(PREPARE_FLAGS)}")
@@ -450,7 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=bench_datasets.DEFAULT_ROOT, help="dataset cache folder")
     parser.add_argument("--datasets", default="text,image", help="comma list of text,image, or 'none'")
-    parser.add_argument("--tools", default="energon,shardprep,tar", help="comma list of energon,shardprep,tar")
+    parser.add_argument(
+        "--tools", default="energon,shardprep,tar", help="comma list of energon,shardprep,tar"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per tool; the median wall is reported")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="memory sampling period")
     parser.add_argument("--text-samples", type=int, default=200_000)
@@ -460,20 +487,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", action="store_true", help="also run the scale benchmark")
     parser.add_argument("--scale-samples", type=int, default=10_000_000)
     parser.add_argument("--scale-shards", type=int, default=100)
-    parser.add_argument("--scale-small-shards", type=int, default=None, help="default: a tenth of --scale-shards")
+    parser.add_argument(
+        "--scale-small-shards", type=int, default=None, help="default: a tenth of --scale-shards"
+    )
     parser.add_argument("--scale-repeat", type=int, default=1)
-    parser.add_argument("--scale-energon", action="store_true", help="run energon on the scale datasets too (slow)")
-    parser.add_argument("--profile", action="store_true", help="profile shardprep (1 worker) on the text dataset")
+    parser.add_argument(
+        "--scale-energon", action="store_true", help="run energon on the scale datasets too (slow)"
+    )
+    parser.add_argument(
+        "--media", action="store_true", help="also run the media benchmark (tools.bench_media)"
+    )
+    parser.add_argument("--audio-samples", type=int, default=4000, help="clips of the --media audio dataset")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile shardprep (1 worker) on the text dataset"
+    )
     parser.add_argument("--profile-top", type=int, default=30)
     parser.add_argument(
-        "--quiet-wait", type=float, default=0.0,
+        "--quiet-wait",
+        type=float,
+        default=0.0,
         help="before each run, wait up to this many seconds for other programs to leave the CPUs idle",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress shows as it happens, also into a file
 
-    tool_names = [{"tar": "tar -tf"}.get(name.strip(), name.strip()) for name in args.tools.split(",") if name.strip()]
+    tool_names = [
+        {"tar": "tar -tf"}.get(name.strip(), name.strip()) for name in args.tools.split(",") if name.strip()
+    ]
     unknown = set(tool_names) - {"energon", "shardprep", "tar -tf"}
     if unknown:
         parser.error(f"unknown tools: {', '.join(sorted(unknown))}")
@@ -492,10 +533,29 @@ def main(argv: list[str] | None = None) -> int:
         results.append(bench_dataset(dataset, tool_names, args.repeat, interval, args.quiet_wait))
     if args.scale:
         big = bench_datasets.ensure_scale_dataset(args.out, args.scale_samples, args.scale_shards)
-        small = bench_datasets.ensure_scale_subset(big, args.scale_small_shards or max(1, big.shards // 10), args.out)
-        results.append(bench_scale(big, small, args.scale_energon, args.scale_repeat, interval, args.quiet_wait))
+        small = bench_datasets.ensure_scale_subset(
+            big, args.scale_small_shards or max(1, big.shards // 10), args.out
+        )
+        results.append(
+            bench_scale(big, small, args.scale_energon, args.scale_repeat, interval, args.quiet_wait)
+        )
+    if args.media:
+        from tools import bench_media  # it imports this module
+
+        results += bench_media.run(
+            args.out,
+            ["image", "audio"],
+            image_samples=args.image_samples,
+            image_shards=args.image_shards,
+            audio_samples=args.audio_samples,
+            audio_shards=8,
+            repeat=1,
+        )
     if args.profile:
-        profile(bench_datasets.ensure_text_dataset(args.out, args.text_samples, args.text_shards), args.profile_top)
+        profile(
+            bench_datasets.ensure_text_dataset(args.out, args.text_samples, args.text_shards),
+            args.profile_top,
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
     return 0 if all(result.get("index_equal", True) for result in results) else 1

@@ -20,6 +20,7 @@ from prep.index.sqlite import MediaIndexWriter
 from prep.media.describe import MediaRow, describe_part
 from prep.media.filter import AV, MediaFilter
 from prep.media.images import MediaError, from_file
+from prep.media.pyav import pyav_available
 from prep.processes import ordered_map
 
 #: `progress(shards done, shards in all)`, called as each shard's media rows go in.
@@ -28,7 +29,7 @@ MediaProgress = Callable[[int, int], None]
 
 @dataclass
 class ShardMedia:
-    """What one shard's media parts gave: the rows to write, and how many audio/video parts were skipped."""
+    """What one shard's media parts gave: the rows to write, and how many audio/video parts got none."""
 
     rows: list[MediaRow] = field(default_factory=list)
     skipped_av: int = 0
@@ -36,7 +37,8 @@ class ShardMedia:
 
 @dataclass
 class MediaSummary:
-    """What the media stage wrote: rows in all, and audio/video parts it could not describe yet."""
+    """What the media stage wrote: rows in all, and audio/video parts that got no row (as in energon:
+    PyAV cannot read them, or they need PyAV and it is not installed)."""
 
     rows: int = 0
     skipped_av: int = 0
@@ -61,10 +63,10 @@ def describe_shard_media(
                         offset=offset + error.offset,
                         advice="Replace or remove that part, or leave it out of the media filter.",
                     )
-                if kind == AV:
-                    result.skipped_av += 1
-                elif row is not None:
+                if row is not None:
                     result.rows.append(row)
+                elif kind == AV:
+                    result.skipped_av += 1
     except OSError as error:
         return ShardError(shard, f"could not be read for media metadata: {error.strerror or error}.")
     except PrepError as error:  # a missing optional library: the same for every shard
@@ -132,11 +134,19 @@ def add_media_metadata(
 
 
 def skipped_av_warning(count: int) -> str:
-    """The one warning for audio/video parts left without metadata."""
+    """The one warning for audio/video parts left without a row; what it says depends on whether PyAV
+    is installed here (the workers run in this same environment)."""
+    if pyav_available():
+        return (
+            f"{count} audio/video part(s) got no media metadata: PyAV cannot read them the way energon 7.4.1"
+            " does (a broken or cut file, a format FFmpeg does not know, or a FLAC of a single frame, on which"
+            " FFmpeg cannot seek), and energon writes no row for them either."
+        )
     return (
-        f"{count} audio/video part(s) were recognised but not described: shardprep does not read audio and"
-        " video headers yet (energon 7.4.1 does so only with PyAV installed, and otherwise writes no row"
-        " for them either)."
+        f"{count} audio/video part(s) got no media metadata: shardprep reads WAV and FLAC headers itself,"
+        " and other formats (or unusual WAV/FLAC files) need PyAV, which is not installed; energon 7.4.1"
+        " without PyAV writes no row for them either. Install it (pip install 'shardprep[media]') and run"
+        " again to describe them."
     )
 
 
@@ -167,10 +177,10 @@ def describe_files(
             return PrepError(f"{path} could not be read for media metadata: {error.strerror or error}.")
         except PrepError as error:
             return error
-        if kind == AV:
-            skipped_av += 1
-        elif row is not None:
+        if row is not None:
             rows.append(row)
+        elif kind == AV:
+            skipped_av += 1
     return rows, skipped_av
 
 

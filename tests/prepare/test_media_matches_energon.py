@@ -1,5 +1,6 @@
 """`shardprep prepare --media-metadata-by-*` writes the media tables `energon prepare` 7.4.1 writes, row for
-row, on shards of real JPEG, PNG, GIF, WebP (and other) images, and changes nothing else it writes."""
+row, on shards of real JPEG, PNG, GIF, WebP (and other) images and of real WAV, FLAC, MP4, MOV, MKV, WebM,
+MP3, OGG and M4A clips, and changes nothing else it writes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.media import assert_same_media_index, images
+from tests.support.media import assert_same_media_index, audio_video, images
 from tests.support.prepare import run_energon_prepare, run_shardprep, snapshot, twin
 from tests.support.shards import write_tarfile
 
@@ -35,6 +36,22 @@ def media_dataset(root: Path, shards: int = 3) -> Path:
     return root
 
 
+def av_dataset(root: Path, shards: int = 3) -> Path:
+    """Shards whose samples hold audio and video clips under their own names (every clip at least once,
+    some in two shards), with a text part each."""
+    clips = audio_video()
+    names = sorted(clips)
+    for shard in range(shards):
+        members = []
+        for sample in range(len(names) // shards + 2):
+            key = f"a{shard}/{sample:05d}"
+            members.append((f"{key}.txt", b"caption"))
+            name = names[(shard * (len(names) // shards) + sample) % len(names)]
+            members.append((f"{key}.{name}", clips[name]))
+        write_tarfile(root / f"shard-{shard:03d}.tar", members)
+    return root
+
+
 def media_rows(root: Path) -> list[tuple]:
     db = sqlite3.connect(root / ".nv-meta" / "index.sqlite")
     try:
@@ -51,6 +68,19 @@ def test_media_tables_equal_energons_row_for_row(tmp_path: Path, flag: str) -> N
     run_energon_prepare(str(theirs), *FLAGS, flag)
     rows = media_rows(ours)
     assert {row[1] for row in rows} == {"image"} and len(rows) > len(IMAGES) // 2
+    assert_same_media_index(ours, theirs)
+
+
+@pytest.mark.parametrize("flag", ["--media-metadata-by-extension", "--media-metadata-by-header"])
+def test_audio_and_video_rows_equal_energons_row_for_row(tmp_path: Path, flag: str) -> None:
+    pytest.importorskip("av", reason="energon describes audio/video only with PyAV installed")
+    ours = av_dataset(tmp_path / "ours")
+    theirs = twin(ours, "theirs")
+    run_shardprep("prepare", str(ours), *FLAGS, flag, check=True)
+    run_energon_prepare(str(theirs), *FLAGS, flag)
+    rows = media_rows(ours)
+    assert {row[1] for row in rows} == {"av"}
+    assert any('"video_width"' in row[2] for row in rows) and any(row[0].endswith(".flac") for row in rows)
     assert_same_media_index(ours, theirs)
 
 

@@ -9,8 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.prepare.test_media_matches_energon import FLAGS, media_dataset, media_rows
-from tests.support.media import assert_same_media_index, images, without_created_at
+import pytest
+
+from tests.prepare.test_media_matches_energon import FLAGS, av_dataset, media_dataset, media_rows
+from tests.support.media import assert_same_media_index, audio_video, images, without_created_at
 from tests.support.prepare import (
     run_energon,
     run_energon_prepare,
@@ -77,6 +79,29 @@ def test_a_prepared_webdataset_gets_the_rows_energons_prepare_media_adds(tmp_pat
     run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
     assert media_rows(ours) and (ours / ".nv-meta" / "index.uuid").read_text() == uuid
     assert_same_media_index(ours, theirs)
+
+
+def test_audio_and_video_in_a_folder_and_in_shards_get_energons_rows(tmp_path: Path) -> None:
+    pytest.importorskip("av", reason="energon describes audio/video only with PyAV installed")
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for root in (ours, theirs):
+        for number, (name, data) in enumerate(sorted(audio_video().items())):
+            folder = root / ("", "clips")[number % 2]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+    run_shardprep("prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True)
+    run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
+    assert any(key.startswith("clips/") for key, _, _ in media_rows(ours))
+    same_media_tables(ours, theirs)
+
+    shards = av_dataset(tmp_path / "shards", shards=2)
+    shards_theirs = twin(shards, "shards-theirs")
+    run_shardprep("prepare", str(shards), *FLAGS, check=True)
+    run_energon_prepare(str(shards_theirs), *FLAGS)
+    run_shardprep("prepare-media", str(shards), "--media-metadata-by-extension", "--no-progress", check=True)
+    run_energon_prepare_media(str(shards_theirs), "--media-metadata-by-extension")
+    assert media_rows(shards)
+    assert_same_media_index(shards, shards_theirs)
 
 
 def test_a_folder_by_header_finds_media_under_any_name(tmp_path: Path) -> None:

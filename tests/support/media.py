@@ -1,4 +1,5 @@
-"""Real image files made with Pillow, in every mode and variant the media readers must tell apart, and
+"""Real image files made with Pillow, real audio and video files (the standard library's `wave`, and
+`soundfile` and PyAV where installed), in the variants the media readers must tell apart, and
 the comparison of two indexes' media tables."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import io
 import shutil
 import sqlite3
+import wave
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -101,3 +103,139 @@ def assert_same_media_index(ours: Path, theirs: Path, *, dataset_yaml: str | Non
         without_created_at(copy)
         copies.append(copy)
     assert_same_index(*copies, dataset_yaml=dataset_yaml)
+
+
+def wav(rate: int, channels: int, width: int, frames: int) -> bytes:
+    """A PCM WAV written by the standard library's `wave`, its samples a fixed byte pattern."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(channels)
+        out.setsampwidth(width)
+        out.setframerate(rate)
+        out.writeframes(bytes((i * 7) % 251 for i in range(frames * channels * width)))
+    return buffer.getvalue()
+
+
+def soundfile_audio(fmt: str, subtype: str, rate: int, channels: int, frames: int) -> bytes:
+    """A sine in `fmt`/`subtype` written by libsndfile (the `soundfile` package)."""
+    import numpy as np
+    import soundfile
+
+    data = np.sin(np.arange(frames * channels, dtype=np.float64).reshape(frames, channels) / 7.0) * 0.5
+    buffer = io.BytesIO()
+    soundfile.write(buffer, data, rate, format=fmt, subtype=subtype)
+    return buffer.getvalue()
+
+
+def pyav_media(
+    fmt: str,
+    video: str | None,
+    audio: str | None,
+    seconds: float,
+    *,
+    fps: int = 25,
+    size: tuple[int, int] = (64, 48),
+    rate: int = 16000,
+    layout: str = "mono",
+) -> bytes:
+    """A clip encoded by PyAV: `video` frames of changing grey and/or `audio` of a sine."""
+    import av
+    import numpy as np
+
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=fmt) as container:
+        # every stream is added before the first packet is written
+        pictures = container.add_stream(video, rate=fps) if video else None
+        sound = container.add_stream(audio, rate=rate, layout=layout) if audio else None
+        if pictures is not None:
+            pictures.width, pictures.height = size
+            pictures.pix_fmt = "yuvj420p" if video == "mjpeg" else "yuv420p"
+            for index in range(round(seconds * fps)):
+                pixels = np.full((size[1], size[0], 3), (index * 9) % 255, dtype=np.uint8)
+                for packet in pictures.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                    container.mux(packet)
+            for packet in pictures.encode():
+                container.mux(packet)
+        if sound is not None:
+            context = sound.codec_context
+            step, total, channels = (
+                context.frame_size or 1024,
+                round(seconds * rate),
+                context.layout.nb_channels,
+            )
+            for start in range(0, total, step):
+                count = min(step, total - start)
+                sine = np.tile(np.sin(np.arange(start, start + count) / 5.0) * 0.3, (channels, 1))
+                frame = _audio_frame(sine, context.format.name, layout)
+                frame.sample_rate, frame.pts = rate, start
+                for packet in sound.encode(frame):
+                    container.mux(packet)
+            for packet in sound.encode():
+                container.mux(packet)
+    return buffer.getvalue()
+
+
+def _audio_frame(samples: object, sample_format: str, layout: str) -> object:
+    """A PyAV audio frame of `samples` (channels x count, floats in -1..1) in the encoder's format."""
+    import av
+    import numpy as np
+
+    planar = sample_format.endswith("p")
+    kind = sample_format.rstrip("p")
+    scaled = {
+        "flt": lambda x: x.astype(np.float32),
+        "s16": lambda x: (x * 30000).astype(np.int16),
+        "s32": lambda x: (x * 2e9).astype(np.int32),
+    }[kind](samples)
+    if not planar:
+        scaled = np.ascontiguousarray(scaled.T).reshape(1, -1)
+    return av.AudioFrame.from_ndarray(scaled, format=sample_format, layout=layout)
+
+
+def audio_video() -> dict[str, bytes]:
+    """name -> bytes of audio and video files of several sizes: WAV from the standard library always;
+    WAV/FLAC/OGG from `soundfile` and MP4/MOV/MKV/WebM/MP3/OGG/FLAC from PyAV when those are installed."""
+    made: dict[str, bytes] = {}
+    for rate, channels, width, frames in ((16000, 1, 2, 16000), (44100, 2, 2, 12345), (8000, 1, 1, 7)):
+        made[f"pcm{width * 8}-{rate}-{channels}ch.wav"] = wav(rate, channels, width, frames)
+    made["pcm24-3ch.WAV"] = wav(22050, 3, 3, 1000)
+    made["silent.wav"] = wav(48000, 2, 4, 0)
+    whole = wav(8000, 2, 2, 100)
+    made["cut.wav"] = whole[:-7]
+    made["to-the-end.wav"] = whole[:40] + (0xFFFFFFFF).to_bytes(4, "little") + whole[44:]
+    made["not-really.wav"] = b"RIFF\0\0\0\0WAVEfmt "
+    try:
+        import soundfile  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        for fmt, subtype, ext in (
+            ("WAV", "FLOAT", "wav"),
+            ("WAV", "ULAW", "wav"),
+            ("WAVEX", "PCM_24", "wav"),
+            ("WAV", "IMA_ADPCM", "wav"),
+            ("FLAC", "PCM_16", "flac"),
+            ("FLAC", "PCM_24", "flac"),
+            ("OGG", "VORBIS", "ogg"),
+        ):
+            for rate, channels, frames in ((16000, 1, 16000), (44100, 2, 12345), (8000, 1, 5)):
+                made[f"{subtype.lower()}-{rate}-{channels}ch.{ext}"] = soundfile_audio(
+                    fmt, subtype, rate, channels, frames
+                )
+        long = soundfile_audio("FLAC", "PCM_16", 8000, 1, 30000)
+        made["cut.flac"] = long[: len(long) // 2]
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return made
+    made["h264-aac.mp4"] = pyav_media("mp4", "libx264", "aac", 0.5)
+    made["mpeg4.mp4"] = pyav_media("mp4", "mpeg4", None, 0.4, size=(48, 32))
+    made["mjpeg.mov"] = pyav_media("mov", "mjpeg", None, 0.2)
+    made["vp9-opus.webm"] = pyav_media("webm", "libvpx-vp9", "libopus", 0.3, rate=48000)
+    made["h264-opus.mkv"] = pyav_media("matroska", "libx264", "libopus", 0.3, rate=48000)
+    made["aac.m4a"] = pyav_media("mp4", None, "aac", 0.3, layout="stereo")
+    made["lame.mp3"] = pyav_media("mp3", None, "libmp3lame", 0.4)
+    made["opus.ogg"] = pyav_media("ogg", None, "libopus", 0.3, rate=48000)
+    for samples in (1, 4096, 9000):
+        made[f"pyav-{samples}.flac"] = pyav_media("flac", None, "flac", samples / 8000, rate=8000)
+    return made
