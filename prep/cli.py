@@ -21,6 +21,7 @@ import click
 from prep import __version__
 from prep.engines import ENGINES, LOCAL
 from prep.errors import PrepError
+from prep.storage.address import is_remote
 
 # name -> "module:attribute" of a click command. Commands register here, one line each.
 COMMANDS: dict[str, str] = {
@@ -77,6 +78,24 @@ def main(argv: list[str] | None = None) -> None:
 # -- the kit ----------------------------------------------------------------------------------------------
 #: A prepared dataset's folder (the one holding the shards and .nv-meta/).
 dataset_argument = click.argument("dataset", type=click.Path(file_okay=False, path_type=Path))
+
+
+class DatasetLocation(click.ParamType):
+    """A dataset that may be in object storage: a local folder as a Path, an `s3://BUCKET/PATH` or
+    `msc://PROFILE/PATH` address as the string it is (a Path would fold its `//`)."""
+
+    name = "path"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
+        return value if is_remote(value) else Path(value)  # type: ignore[arg-type,return-value]
+
+
+tmp_path_option = click.option(
+    "--tmp-path",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="For a dataset in object storage: the local folder under which its index is built before it is"
+    " uploaded [default: the system's temporary folder].",
+)
 progress_option = click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show progress (only on a terminal)."
 )

@@ -25,6 +25,7 @@ UNITS = {
     "prep.tar": 1,
     "prep.media": 1,  # media headers (image size, format, mode): bytes and names, below the index
     "prep.index": 2,
+    "prep.storage": 2.5,  # object storage (s3://, msc://): the bucket client, ranged reads, uploads in index order
     "prep.codecs": 2,
     "prep.cli": 3,
     "prep.prepare": 4,

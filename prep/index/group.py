@@ -19,6 +19,8 @@ from prep.index.rows import ShardRows
 if TYPE_CHECKING:
     import numpy as np
 
+    from prep.tar.scan import HeaderWalker
+
 #: energon's key rule: key = directory + basename up to its first dot; part = the rest of the basename.
 SAMPLE_NAME_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 #: Members whose name starts with `__something__` (a file or a folder) are metadata, not sample parts.
@@ -61,16 +63,21 @@ def shard_rows(path: str, shard: str, tar_file_id: int) -> ShardRows:
     buffer = open_shard(path, shard)
     try:
         check_not_compressed(shard, buffer[:BLOCK])
-        walker = HeaderWalker(shard, buffer)
-        members = walker.scan()
-        walker.verify_checksums()
-        rows = ShardRows(shard, tar_file_id, end=walker.end, end_marker=walker.end_marker)
-        if not _group_vectorised(rows, *members):
-            _group_one_by_one(rows, *members)
-        return rows
+        return walked_rows(HeaderWalker(shard, buffer), shard, tar_file_id)
     finally:
         if hasattr(buffer, "close"):
             buffer.close()
+
+
+def walked_rows(walker: HeaderWalker, shard: str, tar_file_id: int) -> ShardRows:
+    """The index rows of the shard `walker` walks (a file's `HeaderWalker`, or a bucket object's
+    `RangedHeaderWalker`): every header checked, members grouped into samples. Raises ShardError."""
+    members = walker.scan()
+    walker.verify_checksums()
+    rows = ShardRows(shard, tar_file_id, end=walker.end, end_marker=walker.end_marker)
+    if not _group_vectorised(rows, *members):
+        _group_one_by_one(rows, *members)
+    return rows
 
 
 def _scattered_key(shard: str, key: str, first: int, again: int) -> ShardError:

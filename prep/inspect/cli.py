@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from prep.cli import ProgressLine, dataset_argument, num_workers_option, progress_option
+from prep.cli import (
+    DatasetLocation,
+    ProgressLine,
+    num_workers_option,
+    progress_option,
+    tmp_path_option,
+)
 from prep.codecs import TEXT_LIMIT
+
+if TYPE_CHECKING:
+    from prep.index.dataset import PreparedDataset
+
+#: The dataset: a prepared folder, or `s3://BUCKET/PATH` / `msc://PROFILE/PATH` (`prep.inspect.remote`).
+dataset_argument = click.argument("dataset", type=DatasetLocation())
 
 
 @click.command("info")
@@ -21,15 +36,18 @@ from prep.codecs import TEXT_LIMIT
 @click.option(
     "--largest", default=5, show_default=True, help="How many of the largest samples to list per split."
 )
-def info_command(dataset: Path, as_json: bool, plot: Path | None, largest: int) -> None:
+@tmp_path_option
+def info_command(
+    dataset: Path | str, as_json: bool, plot: Path | None, largest: int, tmp_path: Path | None
+) -> None:
     """Show per split the shards, samples, bytes, part types with size percentiles and the largest samples."""
-    from prep.index.dataset import PreparedDataset
     from prep.inspect.info import dataset_info, format_info, plot_info
 
-    with PreparedDataset(dataset) as prepared:
+    with _opened(dataset, tmp_path) as prepared:
         stats = dataset_info(prepared, largest=largest)
         if plot is not None:
             plot_info(prepared, stats, str(plot))
+    stats.path = str(dataset)  # not the local mirror of a bucket dataset
     if as_json:
         click.echo(json.dumps(stats.to_dict(), indent=2))
     else:
@@ -50,21 +68,30 @@ def info_command(dataset: Path, as_json: bool, plot: Path | None, largest: int) 
 @num_workers_option
 @progress_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@tmp_path_option
 def verify_command(
-    dataset: Path,
+    dataset: Path | str,
     deep: bool,
     load: bool,
     split: str | None,
     num_workers: int | None,
     progress: bool,
     as_json: bool,
+    tmp_path: Path | None,
 ) -> None:
     """Check that .info.json, split files, .tar.idx, sqlite and the tars agree; exit 1 if they do not."""
     from prep.inspect.verify import Problem, format_report, report_json, verify_dataset
 
     if split is not None and not load:
         raise click.UsageError("--split is for --load.")
-    report = verify_dataset(dataset, deep=deep)
+    if isinstance(dataset, str):  # s3:// or msc://: verified on a local mirror of what verify reads
+        from prep.inspect.remote import verify_remote
+
+        if load:
+            raise click.UsageError("--load reads every sample; run it on a local copy of a bucket dataset.")
+        report = verify_remote(dataset, deep=deep, tmp_path=tmp_path)
+    else:
+        report = verify_dataset(dataset, deep=deep)
     if load and report.healthy:
         from prep.inspect.load import load_samples
 
@@ -98,14 +125,20 @@ def verify_command(
 @click.option(
     "--limit", default=TEXT_LIMIT, show_default=True, help="Characters (or bytes with --raw) shown per part."
 )
+@tmp_path_option
 def preview_command(
-    dataset: Path, split: str | None, count: int, keys: tuple[str, ...], raw: bool, limit: int
+    dataset: Path | str,
+    split: str | None,
+    count: int,
+    keys: tuple[str, ...],
+    raw: bool,
+    limit: int,
+    tmp_path: Path | None,
 ) -> None:
     """Print the first samples of a split, decoded: JSON, text, image size and mode, array shape and dtype."""
-    from prep.index.dataset import PreparedDataset
     from prep.inspect.preview import default_split, first_samples, format_sample, sample_by_key
 
-    with PreparedDataset(dataset) as prepared:
+    with _opened(dataset, tmp_path) as prepared:
         if keys:
             samples = [sample_by_key(prepared, key) for key in keys]
         else:
@@ -116,3 +149,22 @@ def preview_command(
             click.echo("The split has no samples.")
         for sample in samples:
             click.echo(format_sample(prepared, sample, raw=raw, limit=limit))
+
+
+@contextmanager
+def _opened(dataset: Path | str, tmp_path: Path | None) -> Iterator[PreparedDataset]:
+    """The dataset opened for reading: a local folder, or a bucket dataset through a local mirror of its
+    index whose parts are read from the bucket (`prep.inspect.remote`)."""
+    from prep.index.dataset import PreparedDataset
+
+    if not isinstance(dataset, str):
+        with PreparedDataset(dataset) as prepared:
+            yield prepared
+        return
+    from prep.inspect.remote import RemoteDataset, remote_mirror
+
+    with (
+        remote_mirror(dataset, tmp_path=tmp_path) as (mirror, store),
+        RemoteDataset(mirror, store) as prepared,
+    ):
+        yield prepared

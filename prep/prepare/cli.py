@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from prep.cli import (
+    DatasetLocation,
     ProgressLine,
     engine_option,
     field_map_option,
@@ -16,6 +17,7 @@ from prep.cli import (
     progress_option,
     ray_address_option,
     stop_on_sigterm,
+    tmp_path_option,
 )
 from prep.errors import PrepError
 from prep.index.format import DATASET_YAML
@@ -28,7 +30,7 @@ from prep.prepare.wizard import TerminalWizard
 
 
 @click.command(name="prepare")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=DatasetLocation())
 @progress_option
 @click.option(
     "--split-parts",
@@ -74,8 +76,16 @@ from prep.prepare.wizard import TerminalWizard
     help="Keep each shard's index as it is made (in PATH/.shardprep-resume), so that a rerun with --resume"
     " after an interruption scans only the shards not finished or changed since.",
 )
+@tmp_path_option
+@click.option(
+    "--fix-duplicates",
+    is_flag=True,
+    help="If a sample key is in more than one shard, first rename every member in place to start with its"
+    " shard's path (as energon does), journaled in PATH/.shardprep-fix so that an interruption is finished"
+    " by the next run with this flag.",
+)
 def prepare_command(
-    path: Path,
+    path: Path | str,
     progress: bool,
     split_parts: tuple[str, ...],
     exclude: str | None,
@@ -97,11 +107,15 @@ def prepare_command(
     media_metadata_by_glob: str | None,
     media_metadata_by_header: bool,
     media_metadata_by_extension: bool,
+    tmp_path: Path | None,
+    fix_duplicates: bool,
 ) -> None:
     """Index the WebDataset shards under PATH and write energon's .nv-meta (as `energon prepare` does).
 
     Nothing is in place until everything is written: a failed or interrupted run leaves the previous index
-    as it was, and shards are never modified.
+    as it was, and shards are never modified (but by --fix-duplicates, which renames their members). PATH
+    may be s3://BUCKET/PREFIX or msc://PROFILE/PREFIX: the shards' headers are read by ranged GETs and the
+    index is built under --tmp-path, then uploaded.
     """
     started = time.perf_counter()
     stop_on_sigterm()
@@ -125,6 +139,7 @@ def prepare_command(
         engine=engine,
         ray_address=ray_address,
         resume=resume,
+        fix_duplicates=fix_duplicates,
         media_filter=media_filter_from_options(
             media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension
         ),
@@ -141,10 +156,14 @@ def prepare_command(
         if done == total:
             line.close()
 
+    wizard = TerminalWizard(options, interactive=not non_interactive)
     try:
-        shard_counts = prepare(
-            path, options, TerminalWizard(options, interactive=not non_interactive), indexed, described
-        )
+        if isinstance(path, str):  # s3:// or msc://: the index is built under --tmp-path, then uploaded
+            from prep.prepare.remote import prepare_remote
+
+            shard_counts = prepare_remote(path, options, wizard, indexed, tmp_path=tmp_path)
+        else:
+            shard_counts = prepare(path, options, wizard, indexed, described)
     finally:
         line.close()
     if shard_counts is None:  # declined to go over the existing index

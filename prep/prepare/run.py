@@ -77,6 +77,7 @@ from prep.index.splits import SHUFFLE_SEED, SplitSpec, parse_split_parts, parse_
 from prep.index.sqlite import DuplicateKeyError, SqliteIndexWriter
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
+from prep.prepare.fix_duplicates import fix_duplicates, refuse_unfinished_fix
 from prep.prepare.resume import ShardCheckpoint
 from prep.prepare.shards import (
     check_dataset_root,
@@ -95,6 +96,22 @@ PREVIEW_SAMPLES = 2
 MAX_FIELD_MAP_PARTS = 10
 #: `progress(shards done, shards in all)`, called as each shard's rows go in.
 ShardProgress = Callable[[int, int], None]
+#: A shard task: (dataset root, shard, tar_file_id, staged `.tar.idx` path).
+ShardTask = tuple[str, str, int, str]
+
+
+class ShardSource(Protocol):
+    """Where the shards are when they are not files below the dataset folder (`prep.prepare.remote`: objects
+    in a bucket); the folder then holds only the index being built."""
+
+    def list_shards(self, exclude: str | None) -> list[str]:
+        """The shards to index, in energon's order, less those `exclude` matches; a PrepError if none."""
+
+    def scan(self, tasks: list[ShardTask], workers: int) -> Iterator[ShardRows | ShardError]:
+        """Each task's shard indexed, its rows (or its error) in task order; the `.tar.idx` is written here."""
+
+    def read_part(self, shard: str, offset: int, size: int) -> bytes:
+        """`size` bytes of `shard` from `offset` (for the wizard's preview)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +143,9 @@ class PrepareOptions:
     resume: bool = False
     #: Describe media parts into index.sqlite (`--media-metadata-by-*`, `prep.media.filter`); None: not.
     media_filter: MediaFilter | None = None
+    #: Rename members in place first so that keys are unique across shards, as energon's
+    #: --fix-duplicates does (`prep.prepare.fix_duplicates`).
+    fix_duplicates: bool = False
 
     def __post_init__(self) -> None:
         worker_count(self.num_workers, 1)
@@ -155,6 +175,8 @@ class StagedIndex:
         self.first_samples: list[tuple[str, list[tuple[str, int, int]]]] = []
         #: Shards indexed to their end because the end-of-archive marker is missing.
         self.without_end_marker: list[str] = []
+        #: Where the shards are read, when not below `root` (`ShardSource`).
+        self.source: ShardSource | None = None
 
     def write_meta(self, name: str, text: str) -> None:
         """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files."""
@@ -168,6 +190,8 @@ class StagedIndex:
         return self.staging.meta_file(name).is_file()
 
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
+        if self.source is not None:
+            return self.source.read_part(shard, offset, size)
         with open(self.root / shard, "rb") as file:
             return os.pread(file.fileno(), size, offset)
 
@@ -206,6 +230,9 @@ class Wizard(Protocol):
     def dataset_definition(self, staged: StagedIndex) -> DatasetDefinition | None:
         """After indexing: what to write as dataset.yaml (and sample_loader.py), or None for nothing."""
 
+    def fixing_duplicates(self, line: str) -> None:
+        """One line of what --fix-duplicates finds and does (energon's lines, and each shard renamed)."""
+
 
 class Unattended:
     """The wizard without a user: the options decide, a missing answer is an error, nothing is printed."""
@@ -222,6 +249,9 @@ class Unattended:
         pass
 
     def shards_reused(self, reused: int, total: int) -> None:
+        pass
+
+    def fixing_duplicates(self, line: str) -> None:
         pass
 
     def shards_without_end_marker(self, shards: list[str]) -> None:
@@ -274,14 +304,16 @@ def prepare(
     wizard: Wizard | None = None,
     progress: ShardProgress | None = None,
     media_progress: ShardProgress | None = None,
+    source: ShardSource | None = None,
 ) -> dict[str, int] | None:
     """Prepare the dataset at `root` and return its shard counts (shard name -> samples, in `.info.json`
     order); None if the wizard declined to go over an existing index. `media_progress` is told of the
-    media stage's shards, as `progress` is of the indexing."""
+    media stage's shards, as `progress` is of the indexing. With a `source`, the shards are read from it
+    and `root` holds only the index being built."""
     wizard = wizard or Unattended(options)
     check_dataset_root(root)
     with plain_io_errors(root, "prepare"), dataset_lock(root, "prepare"):
-        return _prepare_locked(root, options, wizard, progress, media_progress)
+        return _prepare_locked(root, options, wizard, progress, media_progress, source)
 
 
 def _prepare_locked(
@@ -290,15 +322,25 @@ def _prepare_locked(
     wizard: Wizard,
     progress: ShardProgress | None,
     media_progress: ShardProgress | None = None,
+    source: ShardSource | None = None,
 ) -> dict[str, int] | None:
     if options.tar_index_only:
         shards, split = reindexed_shards(root, options.exclude), None
     else:
         if is_prepared(root) and not wizard.go_over_existing(root):
             return None
-        shards = list_dataset_shards(root, options.exclude)
+        if source is not None:
+            shards = source.list_shards(options.exclude)
+        else:
+            shards = list_dataset_shards(root, options.exclude)
         wizard.shards_found(shards)
         split = choose_split(options, wizard)
+    # --fix-duplicates (prep.prepare.fix_duplicates): keys made unique in place before the scan; without
+    # it, a fix an earlier run left unfinished stops the run.
+    if options.fix_duplicates:
+        fix_duplicates(root, shards, options.num_workers, wizard.fixing_duplicates)
+    else:
+        refuse_unfinished_fix(root)
     checkpoint = ShardCheckpoint(root) if options.resume else None
     if checkpoint is not None:
         wizard.shards_reused(len(checkpoint.check(shards)), len(shards))
@@ -312,6 +354,7 @@ def _prepare_locked(
         engine=options.engine,
         ray_address=options.ray_address,
         checkpoint=checkpoint,
+        source=source,
     ) as staged:
         if staged.without_end_marker:
             wizard.shards_without_end_marker(staged.without_end_marker)
@@ -403,6 +446,7 @@ def stage_index(
     engine: str = LOCAL,
     ray_address: str | None = None,
     checkpoint: ShardCheckpoint | None = None,
+    source: ShardSource | None = None,
 ) -> StagedIndex:
     """Index `shards` under `root` into a staging area: `.tar.idx` files, `index.sqlite`, `index.uuid`,
     `.info.json` and, when `split` is given, `split.yaml`. Nothing is in place until `commit()`.
@@ -419,6 +463,7 @@ def stage_index(
     with ExitStack() as on_error:
         staging = on_error.enter_context(Staging(root, meta_mode=meta_mode))
         staged = StagedIndex(root, shards, staging, file_mode)
+        staged.source = source
         _insert_rows(staged, workers, progress, strict, engine, ray_address, checkpoint)
         _write_meta(staged, split)
         on_error.pop_all()  # success: the caller owns the staging now
@@ -446,7 +491,7 @@ def _insert_rows(
     part_names: set[str] = set()
     with (
         SqliteIndexWriter(staging.meta_file(INDEX_SQLITE), shards) as writer,
-        _scanned(_not_reused(tasks, checkpoint), workers, engine, ray_address) as scanned,
+        _scanned(_not_reused(tasks, checkpoint), workers, engine, ray_address, staged.source) as scanned,
     ):
         results = _resumed(tasks, scanned, checkpoint) if checkpoint is not None else scanned
         for done, result in enumerate(results, 1):
@@ -492,11 +537,19 @@ def _insert_rows(
 
 @contextmanager
 def _scanned(
-    tasks: list[tuple[str, str, int, str]], workers: int, engine: str, ray_address: str | None
+    tasks: list[tuple[str, str, int, str]],
+    workers: int,
+    engine: str,
+    ray_address: str | None,
+    source: ShardSource | None = None,
 ) -> Iterator[Iterator[ShardRows | ShardError]]:
     """Each shard task `(root, shard, tar_file_id, staged .tar.idx)` scanned, its result in task order: in
     worker processes here, which write the `.tar.idx` themselves, or as Ray tasks, whose rows come back
-    for this process to write it (a Ray worker may be on a machine that cannot see the staging)."""
+    for this process to write it (a Ray worker may be on a machine that cannot see the staging); or by
+    the `source` the shards are in, the `.tar.idx` written here."""
+    if source is not None:
+        yield _tar_indexes_written(source.scan(tasks, workers), [task[3] for task in tasks])
+        return
     if engine == LOCAL:
         yield ordered_map(index_shard, tasks, workers, what="indexing shards", preload="prep.tar.scan")
         return

@@ -60,6 +60,9 @@ class TerminalWizard(Unattended):
     def shards_without_end_marker(self, shards: list[str]) -> None:
         click.echo(f"Warning: {without_end_marker_warning(shards)}", err=True)
 
+    def fixing_duplicates(self, line: str) -> None:
+        click.echo(line)
+
     def media_not_described(self, count: int) -> None:
         click.echo(f"Note: {skipped_av_warning(count)}", err=True)
 

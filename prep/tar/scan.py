@@ -17,6 +17,7 @@ import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol, overload
 
 import numpy as np
 
@@ -508,6 +509,57 @@ class HeaderWalker:
         corrupt = self.first_corrupt_header()
         if corrupt is not None:
             raise self._corrupt(corrupt)
+
+
+class RangedBuffer(Protocol):
+    """A shard read piece by piece (an object in a bucket, `prep.storage.ranged.RangedObject`): its length,
+    a byte by index and bytes by contiguous slice."""
+
+    def __len__(self) -> int: ...
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> bytes: ...
+
+
+class RangedHeaderWalker(HeaderWalker):
+    """`HeaderWalker` over a shard read through ranged reads: the same header-by-header walk, rules and
+    errors, without the vectorised scan (which needs the whole shard in memory). Checksums are checked on
+    the headers the walk copied; an error's cause is looked for by reading the visited headers again."""
+
+    def __init__(self, shard: str, buffer: RangedBuffer) -> None:
+        super().__init__(shard, buffer)  # type: ignore[arg-type]
+
+    def scan(self) -> tuple[list[str], array, array, array]:
+        return self._walk()
+
+    def mostly_small_members(self, probe: int = 16) -> bool:
+        """Whether the first `probe` members (or all, if fewer) end within `probe * SMALL_MEMBER_STRIDE`
+        bytes: then reading the whole shard costs less than walking it by ranged reads, and it is read
+        whole for `HeaderWalker`'s vectorised scan. Reads nothing past that limit (one request)."""
+        limit = probe * SMALL_MEMBER_STRIDE
+        head = self.buf[: limit + BLOCK]
+        pos = 0
+        for _ in range(probe):
+            if pos + BLOCK > len(head):
+                return pos >= self.size  # the whole shard was in the head
+            if head[pos : pos + BLOCK] == ZERO_BLOCK:
+                return True
+            try:
+                member_size = number(head[pos + SIZE.start : pos + SIZE.stop])
+            except ValueError:
+                return False
+            pos += BLOCK + block_ceil(member_size)
+        return pos <= limit
+
+    def first_corrupt_header(self) -> int | None:
+        if self._corrupt_headers is None:
+            self._corrupt_headers = [
+                offset for offset in self.header_offsets if not checksum_ok(self.buf[offset : offset + BLOCK])
+            ]
+        return super().first_corrupt_header()
 
 
 def _corrupt_offsets(headers: bytearray, header_offsets: array) -> list[int]:

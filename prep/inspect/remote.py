@@ -1,0 +1,176 @@
+"""`info`, `verify` and `preview` of a dataset in object storage, through a local mirror of what they read.
+
+The mirror is a folder under `--tmp-path` (a temporary one by default, removed afterwards) holding the
+dataset's `.nv-meta/` and `.tar.idx` files as they are in the bucket, and each shard the bucket has as a
+sparse file of the shard's size, so the local commands run on it unchanged:
+
+- `info` reads the index and the shards' sizes: nothing of the shards is fetched;
+- `preview` reads the parts it shows from the bucket by ranged GETs (`RemoteDataset.read_part`);
+- `verify` needs the tar headers at the offsets the index names: each shard's headers are walked by ranged
+  GETs as prepare walks them (`prep.tar.scan.RangedHeaderWalker`), the sample starts and part headers the
+  index names are read too, and what was read is written into the sparse file at its place, with the
+  bytes after the last sample (the end-of-archive marker); a shard of small members, a shard the walk
+  finds damaged, and every shard with `--deep` are fetched whole.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import astuple
+from pathlib import Path
+
+import numpy as np
+
+from prep.errors import PrepError
+from prep.index.dataset import PreparedDataset
+from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, TAR_INDEX_ENTRY, tar_index_name
+from prep.index.meta import read_shard_counts
+from prep.index.sqlite import PartLocation
+from prep.inspect.verify import Problem, VerifyReport, verify_dataset
+from prep.storage.address import ObjectAddress, parse_address
+from prep.storage.ranged import MAX_WINDOW, RangedObject
+from prep.storage.store import ObjectStore, open_store
+from prep.tar.fields import BLOCK
+from prep.tar.scan import RangedHeaderWalker
+
+#: Shards mirrored at once.
+MIRROR_THREADS = 8
+#: How the local mirror's shards are filled: "none" (sizes only), "headers", or "whole".
+FILLS = ("none", "headers", "whole")
+
+
+class RemoteDataset(PreparedDataset):
+    """A `PreparedDataset` over a mirror whose parts' bytes are read from the bucket."""
+
+    def __init__(self, root: Path, store: ObjectStore) -> None:
+        super().__init__(root)
+        self.store = store
+
+    def read_part(self, location: PartLocation, offset: int = 0, size: int | None = None) -> bytes:
+        start, size = self._range(location, offset, size)
+        return self.store.read(self.shards[location.tar_file_id], start, size) if size else b""
+
+
+@contextmanager
+def remote_mirror(
+    address: str | ObjectAddress,
+    fill: str = "none",
+    *,
+    tmp_path: str | Path | None = None,
+    store: ObjectStore | None = None,
+) -> Iterator[tuple[Path, ObjectStore]]:
+    """(mirror folder, store) of the prepared dataset at `address`, its shards filled as `fill` says."""
+    if isinstance(address, str):
+        parsed = parse_address(address)
+        if parsed is None:
+            raise PrepError(f"{address} is not an s3:// or msc:// address.")
+        address = parsed
+    store = store or open_store(address)
+    if tmp_path is not None:
+        Path(tmp_path).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="shardprep-mirror-", dir=tmp_path))
+    try:
+        root = work / "dataset"
+        _mirror(store, root, fill)
+        yield root, store
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
+    objects = {info.name: info for info in store.list()}
+    meta_prefix = META_DIR + "/"
+    meta = [name for name in objects if name.startswith(meta_prefix) and "/" not in name[len(meta_prefix) :]]
+    if not meta:
+        raise PrepError(
+            f"{store.address} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"
+            f" `shardprep prepare {store.address}`."
+        )
+    (root / META_DIR).mkdir(parents=True)
+    for name in meta:  # .info.json (or the legacy .info.yaml) first: it names the shards
+        if name.rpartition("/")[2] in (INFO_JSON, INFO_YAML):
+            _download(store, root, name)
+    shards = list(read_shard_counts(root / META_DIR))
+    wanted = [tar_index_name(shard) for shard in shards if tar_index_name(shard) in objects]
+    present = [shard for shard in shards if shard in objects]
+    with ThreadPoolExecutor(MIRROR_THREADS, "shardprep-mirror") as pool:
+        list(pool.map(lambda name: _download(store, root, name), [*meta, *wanted]))
+        list(pool.map(lambda shard: _mirror_shard(store, root, shard, objects[shard].size, fill), present))
+
+
+def _download(store: ObjectStore, root: Path, name: str) -> None:
+    target = root / name
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(store.get(name))
+
+
+def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: str) -> None:
+    """The shard as a sparse file of its size, with the bytes `fill` asks for at their places."""
+    path = root / shard
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fill == "whole":
+        path.write_bytes(store.get(shard))
+        return
+    with open(path, "wb") as file:
+        file.truncate(size)
+        if fill == "none" or size == 0:
+            return
+        fd = file.fileno()
+
+        def fetch(offset: int, length: int) -> bytes:
+            data = store.read(shard, offset, length)
+            os.pwrite(fd, data, offset)
+            return data
+
+        reader = RangedObject(fetch, size)
+        walker = RangedHeaderWalker(shard, reader)
+        if walker.mostly_small_members():
+            reader.whole()  # small members: the whole shard costs about what walking it would
+            return
+        try:
+            walker.scan()
+        except PrepError:  # a damaged shard: mirrored whole, so verify sees what a local verify sees
+            for offset in range(0, size, MAX_WINDOW):
+                fetch(offset, min(MAX_WINDOW, size - offset))
+            return
+        visited = set(walker.header_offsets)
+        for offset in _indexed_header_offsets(root, shard):  # a stale index may point elsewhere
+            if 0 <= offset < size and offset not in visited:
+                reader[offset : offset + BLOCK]
+        for offset in range(walker.end, size, MAX_WINDOW):  # the end-of-archive marker and what follows
+            reader[offset : min(size, offset + MAX_WINDOW)]
+
+
+def _indexed_header_offsets(root: Path, shard: str) -> list[int]:
+    """Where the `.tar.idx` says the shard's samples start: their headers are what verify checks first."""
+    path = root / tar_index_name(shard)
+    if not path.is_file() or path.stat().st_size % TAR_INDEX_ENTRY.size:
+        return []
+    return np.fromfile(path, dtype=f"<u{TAR_INDEX_ENTRY.size}").astype(np.int64)[:-1].tolist()
+
+
+def verify_remote(
+    address: str, *, deep: bool = False, tmp_path: str | Path | None = None, store: ObjectStore | None = None
+) -> VerifyReport:
+    """`verify` of a bucket dataset, on a mirror of its headers (or, with `deep`, of its whole shards); the
+    report names the address, not the mirror."""
+    with remote_mirror(address, "whole" if deep else "headers", tmp_path=tmp_path, store=store) as (
+        mirror,
+        _,
+    ):
+        report = verify_dataset(mirror, deep=deep)
+    report.root = address
+
+    def named(problem: Problem) -> Problem:
+        return Problem(*(str(text).replace(str(mirror), address) for text in astuple(problem)))
+
+    report.problems = [named(problem) for problem in report.problems]
+    report.warnings = [named(problem) for problem in report.warnings]
+    return report

@@ -1,0 +1,370 @@
+"""One dataset's bucket: list, read (whole or a byte range), upload (multipart when big) and delete objects.
+
+Every request is retried on a transient failure (connection refused or reset, a timeout, a 5xx or a
+throttling answer) with exponential backoff, a bounded number of times (`RetryPolicy`); then a
+`StorageError` names the object, the byte range and what to do. Credentials and the endpoint come the way
+boto and multi-storage-client find them: for `s3://`, botocore's chain (the AWS_* variables, including
+AWS_ENDPOINT_URL, the shared files, the instance role); for `msc://PROFILE`, the profile in MSC's config
+(MSC_CONFIG or its default places): its `storage_provider` (an S3-compatible type: `base_path`,
+`endpoint_url`, `region_name`) and its `credentials_provider` (`S3Credentials`), else botocore's chain.
+botocore is imported only here, when a remote address is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from prep.errors import PrepError
+from prep.storage.address import ObjectAddress
+
+#: How to get what remote addresses need.
+S3_EXTRA = "pip install 'shardprep[s3]'"
+#: MSC storage provider types that speak the S3 protocol.
+S3_PROVIDER_TYPES = ("s3", "s8k", "ais_s3", "gcs_s3")
+#: Objects up to this size go up in one PUT; bigger ones in parts of `PART_SIZE` (S3's minimum is 5 MiB).
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+PART_SIZE = 16 * 1024 * 1024
+#: S3 error codes worth another try (besides any 5xx answer).
+_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "RequestTimeout", "Throttling", "ThrottlingException", "InternalError"}
+)
+
+T = TypeVar("T")
+
+
+class StorageError(PrepError):
+    """A bucket request that failed for good: names the object and, for a read, the byte range."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Up to `attempts` tries, sleeping `first_delay`, then twice as long each time (0.25 + 0.5 + 1 + 2 s
+    by default: about 4 s of waiting), and no new try once `budget` seconds have gone by since the first;
+    each try may also take its own timeouts (a connection that cannot be made, a server that stops
+    answering mid-read)."""
+
+    attempts: int = 5
+    first_delay: float = 0.25
+    budget: float = 10.0
+    connect_timeout: float = 3.0
+    read_timeout: float = 10.0
+
+    def delays(self) -> list[float]:
+        return [self.first_delay * 2**i for i in range(self.attempts - 1)]
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object below a dataset's address: its name relative to it, its size and its ETag."""
+
+    name: str
+    size: int
+    etag: str
+
+
+class ObjectStore:
+    """The objects below one dataset address. Thread-safe (one botocore client, shared); counts the bytes
+    and requests it reads, for the benchmark and the tests."""
+
+    def __init__(
+        self,
+        address: ObjectAddress,
+        client: Any,
+        bucket: str,
+        base: str = "",
+        *,
+        endpoint: str | None = None,
+        retry: RetryPolicy = RetryPolicy(),
+        part_size: int = PART_SIZE,
+        multipart_threshold: int = MULTIPART_THRESHOLD,
+    ) -> None:
+        self.address = address
+        self.client = client
+        self.bucket = bucket
+        self.base = base.strip("/")
+        self.endpoint = endpoint or "the default AWS endpoint"
+        self.retry = retry
+        self.part_size = part_size
+        self.multipart_threshold = multipart_threshold
+        self.bytes_read = 0
+        self.requests = 0
+        self._count_lock = threading.Lock()
+
+    # --- names -----------------------------------------------------------------------------------------
+
+    def key(self, name: str) -> str:
+        """The bucket key of `name` (relative to the dataset address)."""
+        key = self.address.key(name)
+        return f"{self.base}/{key}" if self.base else key
+
+    def url(self, name: str) -> str:
+        return str(self.address.child(name))
+
+    # --- reading ---------------------------------------------------------------------------------------
+
+    def list(self) -> list[ObjectInfo]:
+        """Every object below the dataset address, by name relative to it (in the bucket's key order)."""
+        prefix = self.key("")
+        prefix = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+        found: list[ObjectInfo] = []
+        token: str | None = None
+        while True:
+            arguments = {"Bucket": self.bucket, "Prefix": prefix}
+            if token:
+                arguments["ContinuationToken"] = token
+            page = self._call(f"list the objects of {self.address}", lambda a=arguments: self._list_page(a))
+            for entry in page.get("Contents", ()):
+                name = entry["Key"][len(prefix) :]
+                if name:
+                    found.append(ObjectInfo(name, int(entry["Size"]), entry.get("ETag", "").strip('"')))
+            if not page.get("IsTruncated"):
+                return found
+            token = page.get("NextContinuationToken")
+
+    def _list_page(self, arguments: dict) -> dict:
+        self._count(0)
+        return self.client.list_objects_v2(**arguments)
+
+    def read(self, name: str, offset: int, length: int) -> bytes:
+        """`length` bytes of object `name` from `offset` (fewer where the object ends first)."""
+        if length <= 0:
+            return b""
+        byte_range = f"bytes={offset}-{offset + length - 1}"
+        what = f"read {self.url(name)} bytes {offset}-{offset + length - 1}"
+        return self._call(what, lambda: self._get(name, byte_range))
+
+    def get(self, name: str) -> bytes:
+        """The whole of object `name`."""
+        return self._call(f"read {self.url(name)}", lambda: self._get(name, None))
+
+    def exists(self, name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        def head() -> bool:
+            self._count(0)
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=self.key(name))
+            except ClientError as error:
+                if _status(error) == 404:
+                    return False
+                raise
+            return True
+
+        return self._call(f"look up {self.url(name)}", head)
+
+    def _get(self, name: str, byte_range: str | None) -> bytes:
+        arguments = {"Bucket": self.bucket, "Key": self.key(name)}
+        if byte_range is not None:
+            arguments["Range"] = byte_range
+        response = self.client.get_object(**arguments)
+        with response["Body"] as body:
+            data = body.read()
+        self._count(len(data))
+        return data
+
+    def _count(self, size: int) -> None:
+        with self._count_lock:
+            self.bytes_read += size
+            self.requests += 1
+
+    # --- writing ---------------------------------------------------------------------------------------
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write object `name` in one request."""
+        self._call(
+            f"write {self.url(name)}",
+            lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data),
+        )
+
+    def upload_file(self, name: str, path: str | os.PathLike) -> None:
+        """Upload a local file as object `name`: in one PUT, or above `multipart_threshold` in parts (each
+        part retried on its own; an upload that fails for good is aborted, so no parts are left behind)."""
+        size = os.path.getsize(path)
+        if size <= self.multipart_threshold:
+            with open(path, "rb") as file:
+                self.put(name, file.read())
+            return
+        key, url = self.key(name), self.url(name)
+        created = self._call(
+            f"start a multipart upload of {url}",
+            lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key),
+        )
+        upload_id = created["UploadId"]
+        try:
+            parts = []
+            with open(path, "rb") as file:
+                for number, offset in enumerate(range(0, size, self.part_size), 1):
+                    chunk = file.read(self.part_size)
+                    what = f"upload {url} bytes {offset}-{offset + len(chunk) - 1} (part {number})"
+                    answer = self._call(
+                        what,
+                        lambda n=number, c=chunk: self.client.upload_part(
+                            Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=c
+                        ),
+                    )
+                    parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+            self._call(
+                f"finish the multipart upload of {url}",
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                ),
+            )
+        except BaseException:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception:  # the bucket's lifecycle rules clean up what this could not
+                pass
+            raise
+
+    def delete(self, name: str) -> None:
+        self._call(
+            f"delete {self.url(name)}",
+            lambda: self.client.delete_object(Bucket=self.bucket, Key=self.key(name)),
+        )
+
+    # --- retries ---------------------------------------------------------------------------------------
+
+    def _call(self, what: str, request: Callable[[], T]) -> T:
+        """`request()`, retried with backoff on transient failures; a StorageError saying `what` failed."""
+        from http.client import HTTPException
+
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        from urllib3.exceptions import HTTPError as Urllib3Error  # a body cut off mid-read, unwrapped
+
+        started = time.monotonic()
+        delays = self.retry.delays()
+        for attempt in range(self.retry.attempts):
+            try:
+                return request()
+            except NoCredentialsError:
+                raise StorageError(
+                    f"Could not {what}: no credentials found. Set AWS_ACCESS_KEY_ID and"
+                    " AWS_SECRET_ACCESS_KEY (s3://), or the profile's credentials_provider in the MSC"
+                    " config (msc://)."
+                ) from None
+            except (BotoCoreError, ClientError, OSError, HTTPException, Urllib3Error) as error:
+                if not _transient(error):
+                    raise StorageError(f"Could not {what}: {_describe(error)}") from None
+                elapsed = time.monotonic() - started
+                if attempt == len(delays) or elapsed + delays[attempt] > self.retry.budget:
+                    raise StorageError(
+                        f"Could not {what} after {attempt + 1} attempt{'s' if attempt else ''} over {elapsed:.1f} s:"
+                        f" {_describe(error)}. Check that the storage endpoint ({self.endpoint}) is up"
+                        " and reachable, then run again."
+                    ) from None
+                time.sleep(delays[attempt])
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _status(error: Exception) -> int:
+    response = getattr(error, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _transient(error: Exception) -> bool:
+    """Whether another try may succeed: no answer (refused, reset, timed out, cut off mid-body), a 5xx,
+    throttling. Of botocore's own errors only its connection errors are; the rest (a bad parameter, no
+    region) would fail again."""
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
+    from botocore.exceptions import ConnectionError as NoConnection
+
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "")
+        return _status(error) >= 500 or _status(error) == 429 or code in _TRANSIENT_CODES
+    if isinstance(error, BotoCoreError):
+        # refused or unreachable, a connect or read timeout, a connection closed or a body cut off
+        return isinstance(error, (NoConnection, HTTPClientError, IncompleteReadError))
+    return True  # OSError, http.client and urllib3 errors: the connection's
+
+
+def _describe(error: Exception) -> str:
+    from botocore.exceptions import ClientError
+
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "?")
+        message = error.response.get("Error", {}).get("Message", "")
+        advice = {
+            "NoSuchKey": "the object does not exist.",
+            "404": "the object does not exist.",
+            "NoSuchBucket": "the bucket does not exist.",
+            "AccessDenied": "access denied; check the credentials and the bucket's policy.",
+            "403": "access denied; check the credentials and the bucket's policy.",
+        }.get(code)
+        return advice or f"{code} {message}".strip() + "."
+    return str(error).rstrip(".") if str(error) else type(error).__name__
+
+
+def open_store(address: ObjectAddress, **options: Any) -> ObjectStore:
+    """The bucket behind `address`, with a client set up as boto (or the MSC profile) says; `options` go
+    to `ObjectStore` (retry, part_size, multipart_threshold)."""
+    try:
+        import botocore.config
+        import botocore.session
+    except ImportError:
+        raise PrepError(f"{address} is in object storage, which needs the s3 extra: {S3_EXTRA}.") from None
+    retry: RetryPolicy = options.get("retry", RetryPolicy())
+    endpoint: str | None = None
+    region: str | None = None
+    credentials: dict[str, str] = {}
+    bucket, base = address.authority, ""
+    if address.scheme == "msc":
+        bucket, base, endpoint, region, credentials = _msc_profile(address.authority)
+    endpoint = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    config = botocore.config.Config(
+        retries={"max_attempts": 1, "mode": "standard"},  # the retries are ours: bounded, with backoff
+        connect_timeout=retry.connect_timeout,
+        read_timeout=retry.read_timeout,
+        max_pool_connections=64,
+        s3={"addressing_style": "path"} if endpoint else None,
+    )
+    session = botocore.session.Session()
+    client = session.create_client(
+        "s3",
+        endpoint_url=endpoint or None,
+        region_name=region or session.get_config_variable("region") or "us-east-1",
+        config=config,
+        **credentials,
+    )
+    return ObjectStore(address, client, bucket, base, endpoint=endpoint, **options)
+
+
+def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str, str]]:
+    """(bucket, base prefix, endpoint, region, client credentials) of the MSC profile `name`."""
+    try:
+        from multistorageclient.config import StorageClientConfig
+    except ImportError:
+        raise PrepError(
+            f"msc://{name}/ addresses need multi-storage-client, part of the s3 extra: {S3_EXTRA}."
+        ) from None
+    config, path = StorageClientConfig.read_msc_config()
+    profiles = (config or {}).get("profiles") or {}
+    where = path or "no MSC config file was found (set MSC_CONFIG to its path)"
+    if name not in profiles:
+        raise PrepError(f"msc://{name}/: the MSC config ({where}) has no profile {name!r}.")
+    provider = profiles[name].get("storage_provider") or {}
+    if provider.get("type") not in S3_PROVIDER_TYPES:
+        raise PrepError(
+            f"msc://{name}/: the profile's storage provider is {provider.get('type')!r}; shardprep reads"
+            f" S3-compatible ones ({', '.join(S3_PROVIDER_TYPES)})."
+        )
+    options = provider.get("options") or {}
+    bucket, _, base = str(options.get("base_path", "")).strip("/").partition("/")
+    if not bucket:
+        raise PrepError(f"msc://{name}/: the profile's storage_provider has no base_path (BUCKET/PREFIX).")
+    credentials: dict[str, str] = {}
+    given = profiles[name].get("credentials_provider") or {}
+    if given.get("type") == "S3Credentials":
+        given_options = given.get("options") or {}
+        for ours, theirs in (
+            ("aws_access_key_id", "access_key"),
+            ("aws_secret_access_key", "secret_key"),
+            ("aws_session_token", "session_token"),
+        ):
+            if given_options.get(theirs):
+                credentials[ours] = str(given_options[theirs])
+    return bucket, base, options.get("endpoint_url") or None, options.get("region_name") or None, credentials

@@ -1,0 +1,92 @@
+"""`write ... s3://bucket/out` (or `msc://profile/out`): the dataset written under `--tmp-path` by the local
+write, as it is, then uploaded (`prep.storage.upload`): shards first (in parts when big), the `.tar.idx`
+files next, `.nv-meta` with its `.info.json` last, so the bucket shows no new index before all of it is
+there. A failure before the upload leaves the bucket as it was.
+
+The prefix must hold no objects, unless `--overwrite`: then what the new dataset does not replace is
+deleted once it is whole. Nothing locks the bucket (the local lock covers only the folder under
+`--tmp-path`): two writes to one prefix at once are the user's to avoid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from prep.errors import PrepError
+from prep.storage.address import parse_address
+from prep.storage.store import ObjectStore, open_store
+from prep.storage.upload import upload_dataset
+from prep.write.options import WriteOptions
+from prep.write.run import WriteProgress, WriteSummary, write
+from prep.write.sources import Source
+
+#: What a run keeps beside a dataset for itself (the lock, resume checkpoints): not uploaded.
+_RUN_FILES_PREFIX = ".shardprep"
+
+
+def write_remote(
+    sources: list[Source],
+    address: str,
+    options: WriteOptions,
+    progress: Callable[[WriteProgress], None] | None = None,
+    *,
+    tmp_path: str | Path | None = None,
+    store: ObjectStore | None = None,
+) -> WriteSummary:
+    """Write `sources` as a prepared dataset at the bucket `address`; the summary names the address."""
+    parsed = parse_address(address)
+    if parsed is None:
+        raise PrepError(f"{address} is not an s3:// or msc:// address.")
+    if options.resume:
+        raise PrepError("--resume is for a local OUT_DIR; a bucket dataset is written in one run.")
+    store = store or open_store(parsed)
+    existing = [info.name for info in store.list()]
+    if existing and not options.overwrite:
+        raise PrepError(
+            f"{address} is not empty ({len(existing)} objects, e.g. {existing[0]}). Give a new prefix, or"
+            " --overwrite to replace what is there."
+        )
+    if tmp_path is not None:
+        Path(tmp_path).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="shardprep-write-", dir=tmp_path))
+    try:
+        out_dir = work / "dataset"
+        summary = write(sources, out_dir, options, progress)
+        built = sorted(
+            path.relative_to(out_dir).as_posix()
+            for path in out_dir.rglob("*")
+            if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
+        )
+        upload_dataset(store, out_dir, built)
+        for stale in sorted(set(existing) - set(built)):
+            store.delete(stale)
+        return _named(summary, out_dir, address)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _named(summary: WriteSummary, out_dir: Path, address: str) -> WriteSummary:
+    """The summary with the local folder's paths given as bucket addresses (for the user to read)."""
+
+    def renamed(path: Path | None) -> Path | None:
+        if path is None:
+            return None
+        try:
+            inside = path.relative_to(out_dir).as_posix()
+        except ValueError:
+            return path
+        base = address.rstrip("/")
+        return base if inside == "." else f"{base}/{inside}"  # type: ignore[return-value]
+
+    return dataclasses.replace(
+        summary,
+        out_dir=renamed(summary.out_dir),
+        dataset=renamed(summary.dataset),
+        aux=renamed(summary.aux),
+        metadataset=renamed(summary.metadataset),
+        rejects_path=renamed(summary.rejects_path),
+    )

@@ -1,0 +1,73 @@
+"""`info`, `verify` and `preview` of a dataset that lives in a bucket (moto on loopback) say what they
+say of the same dataset on local disk."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from prep.inspect.remote import verify_remote
+from prep.storage.address import parse_address
+from prep.storage.store import open_store
+from tests.support.prepare import run_shardprep
+from tests.support.s3 import mixed_dataset
+
+FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--no-progress", "--crude"]
+
+
+@pytest.fixture
+def prepared(s3, tmp_path):
+    """(local prepared dataset, its bucket address): the same files in both places."""
+    local = mixed_dataset(tmp_path / "local")
+    run_shardprep("prepare", str(local), *FLAGS, check=True)
+    bucket = f"inspect-{tmp_path.name[-10:].lower().replace('_', '-')}"
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "ds")
+    return local, f"s3://{bucket}/ds"
+
+
+def test_info_of_a_bucket_dataset_is_that_of_the_local_one(prepared):
+    local, address = prepared
+    remote = json.loads(run_shardprep("info", address, "--json", check=True).stdout)
+    here = json.loads(run_shardprep("info", str(local), "--json", check=True).stdout)
+    assert remote.pop("path") == address
+    here.pop("path")
+    assert remote == here
+
+
+def test_preview_reads_the_parts_from_the_bucket(prepared):
+    local, address = prepared
+    for args in (["-n", "4"], ["--key", "big-00001", "--raw", "--limit", "16"]):
+        remote = run_shardprep("preview", address, *args, check=True).stdout
+        assert remote == run_shardprep("preview", str(local), *args, check=True).stdout
+    assert "big-00001" in remote
+
+
+def test_verify_of_a_healthy_bucket_dataset_reads_little(prepared):
+    _, address = prepared
+    store = open_store(parse_address(address))
+    report = verify_remote(address, store=store)
+    assert report.healthy, report.problems
+    assert report.samples > 0 and report.root == address
+    total = sum(info.size for info in store.list() if info.name.endswith(".tar"))
+    assert store.bytes_read < total * 0.5, f"{store.bytes_read} of {total} bytes read"
+    assert run_shardprep("verify", address, "--deep").returncode == 0
+
+
+def test_verify_names_a_damaged_header_in_the_bucket_as_locally(s3, prepared, tmp_path):
+    local, address = prepared
+    shard = local / "big-000.tar"
+    data = bytearray(shard.read_bytes())
+    second_header = 512 + 512 * 1024  # the big member's data ends here; its json part's header follows
+    data[second_header + 10] ^= 0xFF  # a name byte: the checksum no longer matches
+    shard.write_bytes(data)
+    bucket = parse_address(address).authority
+    s3.client().put_object(Bucket=bucket, Key="ds/big-000.tar", Body=bytes(data))
+    remote = run_shardprep("verify", address)
+    here = run_shardprep("verify", str(local))
+    assert remote.returncode == here.returncode == 1
+    assert remote.stdout.replace(address, "ROOT") == here.stdout.replace(str(local), "ROOT")
+    assert "big-000.tar" in remote.stdout
+    shutil.rmtree(local)

@@ -1,0 +1,100 @@
+"""`shardprep prepare s3://...` / `msc://...`: a dataset that lives only in a bucket (moto on loopback) is
+indexed by ranged reads into exactly what a local prepare writes, uploaded with `.info.json` last, and
+read back by energon's loader through `msc://`."""
+
+from __future__ import annotations
+
+import pytest
+
+from prep.prepare.remote import shard_rows_from_bucket
+from prep.storage.address import parse_address
+from prep.storage.store import open_store
+from tests.support.prepare import prepared_outputs, run_shardprep, twin
+from tests.support.s3 import BIG, mixed_dataset
+from tests.support.shards import sample_members, write_tarfile
+
+FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--no-progress", "--sample-type", "CrudeWebdataset"]
+
+
+@pytest.fixture
+def bucket_dataset(s3, tmp_path):
+    """(local copy of the shards, bucket name): the shards uploaded under s3://BUCKET/ds."""
+    local = mixed_dataset(tmp_path / "local")
+    bucket = f"ds-{tmp_path.name.lower().replace('_', '-')}"[:60]
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "ds")
+    return local, bucket
+
+
+def test_bucket_prepare_writes_what_a_local_prepare_writes(s3, bucket_dataset, tmp_path):
+    local, bucket = bucket_dataset
+    result = run_shardprep("prepare", f"s3://{bucket}/ds", *FLAGS, "--tmp-path", str(tmp_path / "scratch"))
+    assert result.returncode == 0, result.stderr
+    assert "Done: indexed" in result.stdout
+    assert not list((tmp_path / "scratch").iterdir()), "the scratch folder was not cleaned up"
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "ds", fetched)
+    ours = twin(local, "reference")
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    assert prepared_outputs(fetched) == prepared_outputs(ours)
+    assert sorted(p.name for p in (fetched / ".nv-meta").iterdir()) == sorted(
+        p.name for p in (ours / ".nv-meta").iterdir()
+    )
+
+
+def test_big_members_cost_only_their_headers(s3, bucket_dataset):
+    _, bucket = bucket_dataset
+    store = open_store(parse_address(f"s3://{bucket}/ds"))
+    size = next(info.size for info in store.list() if info.name == "big-000.tar")
+    fetched = [0]
+    rows = shard_rows_from_bucket(store, "big-000.tar", size, 0, fetched)
+    assert rows.count == 12
+    assert fetched[0] < size * 0.05, f"{fetched[0]} of {size} bytes read"
+    text_size = next(info.size for info in store.list() if info.name == "text-000.tar")
+    small = [0]
+    shard_rows_from_bucket(store, "text-000.tar", text_size, 0, small)
+    assert small[0] <= text_size * 1.1, "a shard of small members costs about its size"
+
+
+def test_shard_errors_name_the_shard_and_offset_as_locally(s3, tmp_path):
+    s3.make_bucket("broken")
+    good = write_tarfile(tmp_path / "src" / "good.tar", sample_members("g-", 5))
+    cut = tmp_path / "src" / "cut.tar"
+    cut.write_bytes(good.read_bytes()[:2000])
+    s3.upload_folder(tmp_path / "src", "broken", "ds")
+    result = run_shardprep("prepare", "s3://broken/ds", *FLAGS)
+    assert result.returncode != 0
+    local = run_shardprep("prepare", str(tmp_path / "src"), *FLAGS)
+    assert result.stderr == local.stderr and "cut.tar at byte" in result.stderr
+    assert s3.keys("broken") == ["ds/cut.tar", "ds/good.tar"], "a failed prepare wrote to the bucket"
+
+
+def test_energon_loads_a_bucket_prepared_dataset_through_msc(s3, bucket_dataset, tmp_path, monkeypatch):
+    pytest.importorskip("megatron.energon")
+    from tests.support.write import load_parts
+
+    local, bucket = bucket_dataset
+    profile = f"p{tmp_path.name[-8:]}".replace("_", "")  # MSC caches clients by profile name
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", profile, bucket)))
+    flags = ["--non-interactive", "--no-progress", "--split-ratio", "1,0,0", "--crude"]
+    run_shardprep("prepare", f"msc://{profile}/ds", *flags, check=True)
+    reference = twin(local, "reference")
+    run_shardprep("prepare", str(reference), *flags, check=True)
+    loaded = load_parts(f"msc://{profile}/ds")  # type: ignore[arg-type]
+    assert loaded == load_parts(reference)
+    assert loaded["big-00003"]["bin"] == b"\x01" * BIG
+
+
+def test_a_prepared_bucket_dataset_is_kept_unless_forced_and_tar_index_only_keeps_its_split(
+    s3, bucket_dataset
+):
+    _, bucket = bucket_dataset
+    address = f"s3://{bucket}/ds"
+    run_shardprep("prepare", address, *FLAGS, check=True)
+    split = s3.client().get_object(Bucket=bucket, Key="ds/.nv-meta/split.yaml")["Body"].read()
+    again = run_shardprep("prepare", address, *FLAGS)
+    assert again.returncode != 0 and "already been prepared" in again.stderr
+    run_shardprep("prepare", address, "--tar-index-only", "--non-interactive", "--no-progress", check=True)
+    assert s3.client().get_object(Bucket=bucket, Key="ds/.nv-meta/split.yaml")["Body"].read() == split
+    refused = run_shardprep("prepare", address, *FLAGS, "--force-overwrite", "--resume")
+    assert refused.returncode != 0 and "--resume is for local datasets" in refused.stderr

@@ -1,0 +1,74 @@
+"""The bucket client against a real S3 server (moto on loopback): listing, ranged and whole reads,
+uploads in one piece and in parts, deletes, and a clear error once retries run out."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from prep.errors import PrepError
+from prep.storage.address import parse_address
+from prep.storage.store import RetryPolicy, StorageError, open_store
+
+
+def test_objects_are_listed_read_by_range_written_and_deleted(s3, tmp_path):
+    s3.make_bucket("store")
+    store = open_store(parse_address("s3://store/data/set"))
+    payload = bytes(range(256)) * 40
+    store.put("a/shard-0.tar", payload)
+    store.put("b.txt", b"hello")
+    listed = {info.name: info for info in store.list()}
+    assert sorted(listed) == ["a/shard-0.tar", "b.txt"]
+    assert listed["a/shard-0.tar"].size == len(payload) and listed["a/shard-0.tar"].etag
+    assert store.read("a/shard-0.tar", 1000, 24) == payload[1000:1024]
+    assert store.read("a/shard-0.tar", len(payload) - 4, 100) == payload[-4:]
+    assert store.get("b.txt") == b"hello"
+    assert store.exists("b.txt") and not store.exists("c.txt")
+    store.delete("b.txt")
+    assert [info.name for info in store.list()] == ["a/shard-0.tar"]
+    with pytest.raises(StorageError, match=r"s3://store/data/set/c\.txt.*does not exist"):
+        store.get("c.txt")
+
+
+def test_a_big_file_goes_up_in_parts(s3, tmp_path):
+    s3.make_bucket("parts")
+    store = open_store(parse_address("s3://parts/x"), part_size=5 * 1024 * 1024, multipart_threshold=6 << 20)
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(range(251)) * (12 * 1024 * 1024 // 251))
+    store.upload_file("big.bin", big)
+    assert store.get("big.bin") == big.read_bytes()
+    head = s3.client().head_object(Bucket="parts", Key="x/big.bin")
+    assert head["ETag"].strip('"').endswith("-3"), "not a multipart upload"
+
+
+def test_msc_profile_addresses_the_bucket_under_its_base_path(s3, tmp_path, monkeypatch):
+    s3.make_bucket("profiled")
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "prof", "profiled")))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)  # the profile alone says where and who
+    store = open_store(parse_address("msc://prof/ds"))
+    store.put("one.tar", b"x" * 10)
+    assert s3.keys("profiled") == ["ds/one.tar"]
+    with pytest.raises(PrepError, match="no profile 'other'"):
+        open_store(parse_address("msc://other/ds"))
+
+
+def test_unreachable_endpoint_is_retried_then_named_with_the_byte_range(s3, monkeypatch):
+    from tests.support.s3 import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    store = open_store(parse_address("s3://gone/ds"), retry=RetryPolicy(attempts=3, first_delay=0.05))
+    started = time.monotonic()
+    with pytest.raises(StorageError) as raised:
+        store.read("shard.tar", 512, 1024)
+    message = str(raised.value)
+    assert "s3://gone/ds/shard.tar bytes 512-1535" in message and "after 3 attempts" in message
+    assert time.monotonic() - started < 5
+
+
+def test_missing_extra_is_one_line_naming_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "botocore", None)  # as if the s3 extra were not installed
+    with pytest.raises(PrepError, match=r"shardprep\[s3\]"):
+        open_store(parse_address("s3://bucket/ds"))

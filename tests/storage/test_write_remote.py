@@ -1,0 +1,74 @@
+"""`shardprep write ... s3://bucket/out`: the dataset a local write makes, uploaded shards first and
+`.info.json` last; energon reads it through `msc://`; a non-empty prefix is refused without --overwrite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prep.storage.address import parse_address
+from prep.storage.store import open_store
+from prep.write.options import WriteOptions
+from prep.write.remote import write_remote
+from prep.write.sources.jsonl import JsonlSource
+from tests.support.prepare import run_shardprep, sqlite_contents, tar_indexes
+
+ROWS = [{"id": i, "text": f"line {i} " + "x" * (i * 37 % 500)} for i in range(300)]
+
+
+def files(root):
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name not in ("index.sqlite", "index.uuid")
+    }
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    return path
+
+
+def test_bucket_write_uploads_what_a_local_write_writes(s3, source, tmp_path, monkeypatch):
+    s3.make_bucket("written")
+    args = ["--maxcount", "40", "--split-ratio", "8,1,1", "--part", "text=txt", "--no-progress"]
+    result = run_shardprep("write", str(source), "s3://written/out", *args, "--tmp-path", str(tmp_path / "t"))
+    assert result.returncode == 0, result.stderr
+    assert "s3://written/out" in result.stdout and "Wrote 300 samples" in result.stdout
+    assert not list((tmp_path / "t").iterdir())
+    fetched = tmp_path / "fetched"
+    s3.download_prefix("written", "out", fetched)
+    local = tmp_path / "local"
+    run_shardprep("write", str(source), str(local), *args, check=True)
+    assert files(fetched) == files(local)
+    assert tar_indexes(fetched) == tar_indexes(local)
+    assert sqlite_contents(fetched / ".nv-meta" / "index.sqlite") == sqlite_contents(
+        local / ".nv-meta" / "index.sqlite"
+    )
+    pytest.importorskip("megatron.energon")
+    from tests.support.write import load_parts
+
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "wrote", "written")))
+    assert load_parts("msc://wrote/out") == load_parts(local)  # type: ignore[arg-type]
+
+
+def test_big_shards_go_up_in_parts_and_a_full_prefix_needs_overwrite(s3, tmp_path):
+    s3.make_bucket("parted")
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"text": "y" * 100_000, "i": i}) + "\n" for i in range(70)))
+    store = open_store(parse_address("s3://parted/out"), part_size=5 << 20, multipart_threshold=6 << 20)
+    options = WriteOptions.parse(parts=["text=txt"], maxcount=1000)
+    summary = write_remote([JsonlSource(path)], "s3://parted/out", options, store=store)
+    assert summary.samples == 70 and str(summary.dataset) == "s3://parted/out"
+    shard = next(key for key in s3.keys("parted") if key.endswith(".tar"))
+    assert "-" in s3.client().head_object(Bucket="parted", Key=shard)["ETag"], "not a multipart upload"
+    with pytest.raises(Exception, match="is not empty"):
+        write_remote([JsonlSource(path)], "s3://parted/out", options, store=store)
+    before = s3.keys("parted")
+    store.put("stale.txt", b"left from before")
+    again = WriteOptions.parse(parts=["text=txt"], maxcount=1000, overwrite=True)
+    write_remote([JsonlSource(path)], "s3://parted/out", again, store=store)
+    assert s3.keys("parted") == before, "--overwrite leaves only the new dataset"
