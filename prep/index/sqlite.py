@@ -134,8 +134,9 @@ class SqliteIndexWriter:
                     f"Sample key {key!r} appears in {self.shard_names[first_shard]} at byte {first_offset} and"
                     f" again in {rows.shard} at byte {offset}. energon needs every sample key to be unique"
                     " across the dataset (the key is the member path up to the first dot of its file name)."
-                    " Rename one of them, e.g. by re-writing the shards with a per-shard key prefix, or leave"
-                    " one shard out with --exclude."
+                    " Rename one of them, e.g. by re-writing the shards with a per-shard key prefix, leave"
+                    " one shard out with --exclude, or prepare with --fix-duplicates to put each shard's"
+                    " path in front of its member names in place (as energon does)."
                 )
         return DuplicateKeyError(f"{rows.shard}: a sample key is not unique across the dataset.")
 

@@ -401,6 +401,7 @@ def prepare_dataset(
     engine: str = LOCAL,
     ray_address: str | None = None,
     resume: bool = False,
+    fix_duplicates: bool = False,
 ) -> dict[str, int]:
     """Prepare the dataset at `root` non-interactively and return its shard counts.
 
@@ -412,6 +413,7 @@ def prepare_dataset(
     end-of-archive marker is indexed with a warning (`warnings.warn`), or refused if `strict`.
     `engine="ray"` scans the shards as Ray tasks, on the cluster at `ray_address` or a local Ray instance.
     With `resume`, each shard's rows are kept as it is indexed and those an interrupted run kept are reused.
+    `fix_duplicates` renames members in place first when a key is in two shards, as energon does.
     """
     options = PrepareOptions(
         split_ratio=split_ratio if split_ratio is not None or split_parts else "1,0,0",
@@ -428,6 +430,7 @@ def prepare_dataset(
         strict=strict,
         engine=engine,
         ray_address=ray_address,
+        fix_duplicates=fix_duplicates,
         resume=resume,
     )
     shard_counts = prepare(Path(root), options)
