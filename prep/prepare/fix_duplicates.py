@@ -15,7 +15,8 @@ it equals energon's, and makes it safe to interrupt:
 4. write the plan (`.shardprep-fix/plan.json`: the shards and their sizes), synced, before any shard;
 5. rename each shard in a worker (`rename_shard`): the original header blocks of the members it renames
    go to `.shardprep-fix/<shard>.journal` (offset and 512 bytes each, behind a header naming the shard,
-   its size and mtime and the checksum of the journal), synced; then the new blocks are written and the
+   its size (its mtime too, for a person reading it: the rename itself changes it) and the checksum
+   of the journal), synced, with every folder up to `.shardprep-fix`; then the new blocks are written and the
    shard synced; then `<shard>.done` is made and the journal removed;
 6. the folder removed: the fix is finished.
 
@@ -340,7 +341,11 @@ def write_journal(journal: Path, path: Path, shard: str, offsets: np.ndarray, bl
         os.fsync(fd)
     finally:
         os.close(fd)
-    _sync_folder(journal.parent)
+    # Every folder from the journal's up to the fix's own (one per folder in the shard's path): a folder
+    # made here for a nested shard must survive a power cut as surely as the journal in it, or the next
+    # run would find no journal and rename the shard's renamed headers again.
+    for level in range(shard.count("/") + 1):
+        _sync_folder(journal.parents[level])
 
 
 def read_journal(journal: Path) -> Journal | None:
@@ -391,7 +396,8 @@ def _check_journaled(root: Path, shard: str, journal: Journal) -> np.ndarray:
             b"".join(os.pread(file.fileno(), BLOCK, at) for at in journal.offsets.tolist()), dtype=np.uint8
         )
     now = now.reshape(-1, BLOCK)
-    either = (now == journal.blocks).all(axis=1) | (now == renamed).all(axis=1)
+    # Byte by byte: a run killed inside one block's write leaves it part renamed, part original.
+    either = ((now == journal.blocks) | (now == renamed)).all(axis=1)
     if not either.all():
         raise ShardError(
             shard,
@@ -537,7 +543,9 @@ def _not_renameable(root: Path, shards: list[str]) -> list[PrepError]:
 
 def _write_plan(root: Path, shards: list[str]) -> None:
     folder = root / FIX_FOLDER
-    folder.mkdir(exist_ok=True)
+    if folder.exists():  # what a finished fix could not remove: its `.done` markers must not count now
+        shutil.rmtree(folder)
+    folder.mkdir()
     plan = {"format": 1, "shards": [{"shard": shard, "size": _size(root, shard)} for shard in shards]}
     temp = folder / (PLAN + ".tmp")
     with open(temp, "w") as file:

@@ -309,12 +309,9 @@ def test_fix_killed_halfway_is_refused_then_finished_by_the_next_run(tmp_path: P
     assert not (dataset / FIX_FOLDER).exists()
 
 
-def test_torn_journal_means_an_untouched_shard_which_the_next_run_renames(tmp_path: Path) -> None:
-    """Killed while writing the journal: the shard was not touched yet, and is renamed from scratch."""
-    dataset = tmp_path / "dataset"
-    for number in range(2):
-        write_tarfile(dataset / f"{number}.tar", sample_members("", 10))
-    expected = fixed_copy(dataset, "expected")
+def journaled_plan(dataset: Path) -> tuple[Path, Path, object]:
+    """The state a fix of shards 0.tar and 1.tar is in once it has planned and journaled 0.tar: (the fix
+    folder, 0.tar's journal, 0.tar's renameable headers)."""
     folder = dataset / FIX_FOLDER
     folder.mkdir()
     plan = {
@@ -325,6 +322,36 @@ def test_torn_journal_means_an_untouched_shard_which_the_next_run_renames(tmp_pa
     journal = folder / ("0.tar" + JOURNAL_SUFFIX)
     headers = renameable_headers("0.tar", (dataset / "0.tar").read_bytes())
     write_journal(journal, dataset / "0.tar", "0.tar", headers.offsets, headers.blocks)
+    return folder, journal, headers
+
+
+def test_a_header_torn_mid_write_is_finished_from_the_journal(tmp_path: Path) -> None:
+    """Killed inside one block's write: that header is part renamed, part original; the next run
+    finishes it from the journal, as it finishes the whole ones."""
+    dataset = tmp_path / "dataset"
+    for number in range(2):
+        write_tarfile(dataset / f"{number}.tar", sample_members("", 10))
+    expected = fixed_copy(dataset, "expected")
+    folder, _, headers = journaled_plan(dataset)
+    renamed = (expected / "0.tar").read_bytes()
+    with open(dataset / "0.tar", "r+b") as shard:
+        first, second = (int(offset) for offset in headers.offsets[:2])
+        shard.seek(first)
+        shard.write(renamed[first : first + 512])
+        shard.seek(second)
+        shard.write(renamed[second : second + 100])  # the kill came 100 bytes into this block
+    run_shardprep("prepare", str(dataset), *FLAGS, "--fix-duplicates", check=True)
+    assert shard_bytes(dataset) == shard_bytes(expected)
+    assert not folder.exists()
+
+
+def test_torn_journal_means_an_untouched_shard_which_the_next_run_renames(tmp_path: Path) -> None:
+    """Killed while writing the journal: the shard was not touched yet, and is renamed from scratch."""
+    dataset = tmp_path / "dataset"
+    for number in range(2):
+        write_tarfile(dataset / f"{number}.tar", sample_members("", 10))
+    expected = fixed_copy(dataset, "expected")
+    folder, journal, headers = journaled_plan(dataset)
     journal.write_bytes(journal.read_bytes()[:-700])  # cut short, as by a kill mid-write
     run_shardprep("prepare", str(dataset), *FLAGS, "--fix-duplicates", check=True)
     assert shard_bytes(dataset) == shard_bytes(expected)
@@ -335,17 +362,7 @@ def test_shard_changed_after_an_interrupted_fix_is_left_alone(tmp_path: Path) ->
     dataset = tmp_path / "dataset"
     for number in range(2):
         write_tarfile(dataset / f"{number}.tar", sample_members("", 4))
-    folder = dataset / FIX_FOLDER
-    folder.mkdir()
-    plan = {
-        "format": 1,
-        "shards": [{"shard": s, "size": (dataset / s).stat().st_size} for s in ("0.tar", "1.tar")],
-    }
-    (folder / PLAN).write_text(json.dumps(plan))
-    headers = renameable_headers("0.tar", (dataset / "0.tar").read_bytes())
-    write_journal(
-        folder / ("0.tar" + JOURNAL_SUFFIX), dataset / "0.tar", "0.tar", headers.offsets, headers.blocks
-    )
+    journaled_plan(dataset)
     # Someone re-wrote the shard with other names (same size) before the fix was finished.
     write_tarfile(dataset / "0.tar", sample_members("x", 4))
     before = snapshot(dataset)
