@@ -8,10 +8,12 @@ numbers are in the header, and this module reads them without any library:
   plain or WAVE_FORMAT_EXTENSIBLE: the `fmt ` chunk and where the `data` chunk starts. The sample count
   is the whole blocks FFmpeg would read: up to the data chunk's end, or the part's end when the part
   stops sooner or the size field is 0 or 0xFFFFFFFF (FFmpeg's "to the end" values).
-- FLAC: the STREAMINFO block (sample rate, channels, total samples), when the stream has two frames or
-  more (FFmpeg cannot seek back in a one-frame FLAC, so energon writes no row for it) and its last
-  frame, found from the end of the part (its header's CRC-8 and its own CRC-16 checked), ends at the
-  part's end on sample `total`: so a file cut short is not described from a header that promises more.
+- FLAC, only where PyAV is not installed (with PyAV, FLAC goes to it: a damaged frame changes what
+  FFmpeg reports, and only decoding every frame tells): the STREAMINFO block (sample rate, channels,
+  total samples), when the stream has two frames or more (FFmpeg cannot seek back in a one-frame FLAC,
+  so energon writes no row for it) and its last frame, found from the end of the part (its header's
+  CRC-8 and its own CRC-16 checked), ends at the part's end on sample `total`: so a file cut short is
+  not described from a header that promises more.
 
 Everything else goes to PyAV (`prep.media.pyav`), and so do the cases above that FFmpeg treats specially:
 RF64/RIFX, compressed WAV codecs, a plain PCM WAV (format tag 1) whose first 64 KiB of data hold an
@@ -84,20 +86,23 @@ class NeedsDecoder(Exception):
 def av_metadata(read: ReadAt, size: int) -> AVMetadata | None:
     """The metadata of the audio/video part of `size` bytes that `read` reads, or None where energon
     writes no row: PyAV cannot read it, or it needs PyAV and PyAV is not installed."""
-    try:
-        return header_metadata(read, size)
-    except NeedsDecoder:
-        from prep.media.pyav import pyav_metadata
+    from prep.media.pyav import pyav_available, pyav_metadata
 
+    try:
+        return header_metadata(read, size, flac=not pyav_available())
+    except NeedsDecoder:
         return pyav_metadata(read(0, size))
 
 
-def header_metadata(read: ReadAt, size: int) -> AVMetadata:
-    """The metadata from the header alone (WAV, FLAC); NeedsDecoder for anything else."""
+def header_metadata(read: ReadAt, size: int, *, flac: bool = True) -> AVMetadata:
+    """The metadata from the header alone (WAV; FLAC unless `flac` is False); NeedsDecoder for anything
+    else."""
     head = read(0, 12)
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return _wav(read, size)
     if head[:4] == FLAC_MAGIC:
+        if not flac:
+            raise NeedsDecoder("FLAC, and PyAV is here to judge its frames as energon does")
         return _flac(read, size)
     raise NeedsDecoder("not WAV or FLAC")
 

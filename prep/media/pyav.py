@@ -18,13 +18,15 @@ does, since the media stage runs in forked workers.
 from __future__ import annotations
 
 import io
+from functools import cache
 from typing import Any
 
 from prep.media.av import AVMetadata
 
 
+@cache
 def pyav_available() -> bool:
-    """Whether PyAV can be imported here."""
+    """Whether PyAV can be imported here (asked once per process)."""
     try:
         import av  # noqa: F401
     except ImportError:
