@@ -122,6 +122,9 @@ class HeaderWalker:
         self.header_offsets = array("q")
         #: Headers whose checksum is wrong, found during the scan (None: not checked yet).
         self._corrupt_headers: list[int] | None = None
+        #: During `_walk`: (corrupt headers found so far, headers copied since), so that an error in the
+        #: middle of the walk finds an earlier corrupt header without reading the shard again.
+        self._walked: tuple[list[int], bytearray] | None = None
 
     def _fail(self, offset: int, problem: str, advice: str = REWRITE_ADVICE) -> ShardError:
         """An error at `offset`, unless an earlier header is corrupt: then that is the real cause."""
@@ -156,7 +159,7 @@ class HeaderWalker:
         Shards of many small members (text, JSON) take the vectorised path; others, and anything unusual,
         the header-by-header walk.
         """
-        if self.size >= BLOCK and self._mostly_small_members():
+        if self.size >= BLOCK and self.mostly_small_members():
             fast = self._scan_vectorised()
             if fast is not None:
                 return fast
@@ -164,18 +167,24 @@ class HeaderWalker:
             self._corrupt_headers = None
         return self._walk()
 
-    def _mostly_small_members(self, probe: int = 16) -> bool:
-        """Whether the first members are small enough that reading every block beats seeking past data."""
-        buf, pos = self.buf, 0
+    def mostly_small_members(self, probe: int = 16) -> bool:
+        """Whether the first `probe` members (or all, if fewer) end within `probe * SMALL_MEMBER_STRIDE`
+        bytes: then reading every block beats seeking past data (a shard in a bucket is then read whole).
+        Reads nothing past that limit."""
+        buf, pos, limit = self.buf, 0, probe * SMALL_MEMBER_STRIDE
         for _ in range(probe):
-            if pos + BLOCK > self.size or buf[pos : pos + BLOCK] == ZERO_BLOCK:
+            if pos + BLOCK > self.size:
+                return True
+            if pos > limit:
+                return False
+            if buf[pos : pos + BLOCK] == ZERO_BLOCK:
                 return True
             try:
                 member_size = number(buf[pos + SIZE.start : pos + SIZE.stop])
             except ValueError:
                 return False
             pos += BLOCK + block_ceil(member_size)
-        return pos <= probe * SMALL_MEMBER_STRIDE
+        return pos <= limit
 
     def _scan_vectorised(self) -> tuple[list[str], array, array, array] | None:
         """The whole header chain found with numpy, or None where the shard needs the careful walk.
@@ -325,6 +334,7 @@ class HeaderWalker:
         # the walk does not read them from the shard again.
         checked = bytearray()
         corrupt: list[int] = []
+        self._walked = (corrupt, checked)
         while True:
             if len(checked) >= CHECKSUM_BATCH * BLOCK:
                 corrupt += _corrupt_offsets(checked, header_offsets)
@@ -486,6 +496,9 @@ class HeaderWalker:
 
     def first_corrupt_header(self) -> int | None:
         """The offset of the first visited header whose checksum is wrong, checked in vectorised batches."""
+        if self._corrupt_headers is None and self._walked is not None:  # an error in the middle of the walk
+            corrupt, checked = self._walked
+            self._corrupt_headers = corrupt + _corrupt_offsets(checked, self.header_offsets)
         if self._corrupt_headers is not None:
             return self._corrupt_headers[0] if self._corrupt_headers else None
         if not self.header_offsets:
@@ -527,39 +540,13 @@ class RangedBuffer(Protocol):
 class RangedHeaderWalker(HeaderWalker):
     """`HeaderWalker` over a shard read through ranged reads: the same header-by-header walk, rules and
     errors, without the vectorised scan (which needs the whole shard in memory). Checksums are checked on
-    the headers the walk copied; an error's cause is looked for by reading the visited headers again."""
+    the headers the walk copied, an error's cause among them too."""
 
     def __init__(self, shard: str, buffer: RangedBuffer) -> None:
         super().__init__(shard, buffer)  # type: ignore[arg-type]
 
     def scan(self) -> tuple[list[str], array, array, array]:
         return self._walk()
-
-    def mostly_small_members(self, probe: int = 16) -> bool:
-        """Whether the first `probe` members (or all, if fewer) end within `probe * SMALL_MEMBER_STRIDE`
-        bytes: then reading the whole shard costs less than walking it by ranged reads, and it is read
-        whole for `HeaderWalker`'s vectorised scan. Reads nothing past that limit (one request)."""
-        limit = probe * SMALL_MEMBER_STRIDE
-        head = self.buf[: limit + BLOCK]
-        pos = 0
-        for _ in range(probe):
-            if pos + BLOCK > len(head):
-                return pos >= self.size  # the whole shard was in the head
-            if head[pos : pos + BLOCK] == ZERO_BLOCK:
-                return True
-            try:
-                member_size = number(head[pos + SIZE.start : pos + SIZE.stop])
-            except ValueError:
-                return False
-            pos += BLOCK + block_ceil(member_size)
-        return pos <= limit
-
-    def first_corrupt_header(self) -> int | None:
-        if self._corrupt_headers is None:
-            self._corrupt_headers = [
-                offset for offset in self.header_offsets if not checksum_ok(self.buf[offset : offset + BLOCK])
-            ]
-        return super().first_corrupt_header()
 
 
 def _corrupt_offsets(headers: bytearray, header_offsets: array) -> list[int]:

@@ -67,3 +67,28 @@ def test_names_joined_at_once_are_each_name_up_to_its_first_nul(rows: list[tuple
     joined, ends = _joined(np.array([text.encode() for text in texts]))
     assert joined == "".join(text + "\0" for text in texts)
     assert list(ends) == [at for at, character in enumerate(joined) if character == "\0"]
+
+
+def test_a_cut_shard_walked_by_ranged_reads_is_not_read_again_for_the_error() -> None:
+    """The walk keeps the headers it copied, so the error's search for an earlier corrupt header costs
+    no request: a shard of big members cut inside its last one takes one read per header, not two."""
+    import io
+    import tarfile
+
+    import pytest
+
+    from prep.errors import ShardError
+    from prep.storage.ranged import RangedObject
+    from prep.tar.scan import RangedHeaderWalker
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for number in range(50):
+            info = tarfile.TarInfo(f"{number:04d}.bin")
+            info.size = 300_000
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+    data = out.getvalue()[:-20_000]  # cut inside the last member
+    shard = RangedObject(lambda offset, length: data[offset : offset + length], len(data), read_through=0)
+    with pytest.raises(ShardError, match="cut short|ends|end"):
+        RangedHeaderWalker("cut.tar", shard).scan()
+    assert shard.requests <= 50 + 2
