@@ -1,9 +1,13 @@
 """A dataset built in a local folder, uploaded to its bucket in the order that keeps readers safe.
 
 energon calls a dataset prepared when `.nv-meta/.info.json` (or the legacy `.info.yaml`) exists, and
-reads the `.tar.idx` files and the rest of `.nv-meta` after that. So the shards and other data go up
-first, then the `.tar.idx` files, then `.nv-meta`'s other files, and the `.info.json` last: a reader sees
-no new index until all of it is in place, and a run that fails on the way leaves no new `.info.json`.
+reads the `.tar.idx` files and the rest of `.nv-meta` after that; a polylithic dataset is loaded through
+its `metadataset.yaml`. These are the markers. An upload over a dataset already in the bucket first
+deletes the old markers it is going to replace (so from then on the dataset reads as not prepared, never
+as an old `.info.json` beside new shards and a new `index.sqlite`); then the shards and other data go
+up, then the `.tar.idx` files, then `.nv-meta`'s other files, and the markers last, `metadataset.yaml`
+after every `.info.json`. A run that fails on the way leaves a dataset energon refuses as not prepared
+(run again), never a mixed one.
 """
 
 from __future__ import annotations
@@ -11,51 +15,82 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from prep.index.format import INFO_JSON, INFO_YAML, META_DIR
+from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, METADATASET_YAML
 from prep.storage.store import ObjectStore, StorageError
 
 #: Files uploaded at once.
 UPLOAD_THREADS = 16
 #: `.nv-meta` files whose presence says "prepared" to energon: uploaded last, in this order.
 PREPARED_MARKERS = (INFO_YAML, INFO_JSON)
+#: What a polylithic dataset is loaded through: uploaded after every dataset's markers.
+LAST_MARKER = METADATASET_YAML
 #: Files suffixed so are the per-shard offsets energon's loader reads.
 TAR_INDEX_SUFFIX = ".idx"
 
 
 def upload_order(names: list[str]) -> list[list[str]]:
     """`names` (relative paths) in batches to upload one after the other: data, `.tar.idx`, `.nv-meta`,
-    then each prepared marker alone.
+    then each marker alone (`markers`).
 
-    >>> upload_order([".nv-meta/.info.json", "a.tar.idx", ".nv-meta/index.sqlite", "a.tar"])
-    [['a.tar'], ['a.tar.idx'], ['.nv-meta/index.sqlite'], ['.nv-meta/.info.json']]
+    >>> upload_order(["metadataset.yaml", ".nv-meta/.info.json", "a.tar.idx", ".nv-meta/index.sqlite", "a.tar"])
+    [['a.tar'], ['a.tar.idx'], ['.nv-meta/index.sqlite'], ['.nv-meta/.info.json'], ['metadataset.yaml']]
     """
-
-    def is_meta(name: str) -> bool:
-        return name.startswith(META_DIR + "/") or f"/{META_DIR}/" in name
-
-    def marker(name: str) -> bool:
-        return is_meta(name) and name.rpartition("/")[2] in PREPARED_MARKERS
-
-    data = [name for name in names if not is_meta(name) and not name.endswith(TAR_INDEX_SUFFIX)]
-    offsets = [name for name in names if not is_meta(name) and name.endswith(TAR_INDEX_SUFFIX)]
-    meta = [name for name in names if is_meta(name) and not marker(name)]
-    last = sorted(
-        (name for name in names if marker(name)), key=lambda n: PREPARED_MARKERS.index(n.rpartition("/")[2])
-    )
+    last = markers(names)
+    data = [name for name in names if not _is_meta(name) and not name.endswith(TAR_INDEX_SUFFIX)]
+    data = [name for name in data if name not in last]
+    offsets = [name for name in names if not _is_meta(name) and name.endswith(TAR_INDEX_SUFFIX)]
+    meta = [name for name in names if _is_meta(name) and name not in last]
     return [batch for batch in (data, offsets, meta, *([name] for name in last)) if batch]
 
 
+def markers(names: list[str]) -> list[str]:
+    """The markers among `names`, in the order they go up: each dataset's `.info.yaml`/`.info.json`, then
+    `metadataset.yaml`."""
+
+    def rank(name: str) -> int:
+        base = name.rpartition("/")[2]
+        return PREPARED_MARKERS.index(base) if _is_meta(name) else len(PREPARED_MARKERS)
+
+    found = [
+        name
+        for name in names
+        if (_is_meta(name) and name.rpartition("/")[2] in PREPARED_MARKERS) or name == LAST_MARKER
+    ]
+    return sorted(found, key=rank)
+
+
+def _is_meta(name: str) -> bool:
+    return name.startswith(META_DIR + "/") or f"/{META_DIR}/" in name
+
+
+def _replaced_markers(names: list[str]) -> list[str]:
+    """The markers an upload of `names` replaces, with the other spelling of each prepared marker (an old
+    `.info.yaml` where a `.info.json` goes up would still say "prepared")."""
+    replaced = []
+    for name in markers(names):
+        if name == LAST_MARKER:
+            replaced.append(name)
+        else:
+            folder = name.rpartition("/")[0]
+            replaced += [f"{folder}/{marker}" for marker in PREPARED_MARKERS]
+    return replaced
+
+
 def upload_dataset(store: ObjectStore, root: Path, names: list[str]) -> None:
-    """Upload the files `names` (relative to `root`) to the same names below the store's address, in
-    `upload_order`; big files in parts. An error says the new index is not visible."""
+    """Upload the files `names` (relative to `root`) to the same names below the store's address: the old
+    markers it replaces deleted first, then `upload_order`; big files in parts. An error says what a
+    reader now sees."""
     try:
+        for name in _replaced_markers(names):
+            if store.exists(name):
+                store.delete(name)
         for batch in upload_order(names):
             with ThreadPoolExecutor(min(UPLOAD_THREADS, len(batch)), "shardprep-upload") as pool:
                 for done in [pool.submit(store.upload_file, name, root / name) for name in batch]:
                     done.result()
     except StorageError as error:
         raise StorageError(
-            f"{error} The upload stopped before the new {META_DIR}/{INFO_JSON}, so energon does not see the new"
-            f" index at {store.address} (a previous {INFO_JSON} there still stands, possibly beside some new"
-            " files); run again."
+            f"{error} The upload stopped before the new {META_DIR}/{INFO_JSON}: energon sees no prepared"
+            f" dataset at {store.address} (an older index there was withdrawn first, so none is mixed with"
+            " the new files); run again."
         ) from None
