@@ -6,9 +6,11 @@
 
 Tasks go to Ray in chunks of a few (`chunk_size`: one Ray task per shard costs more than scanning a small
 shard), and at most `CHUNKS_PER_CPU` chunks per CPU are submitted and not yet taken, so the driver holds a
-bounded number of results however many tasks there are. A chunk whose worker dies is retried by Ray
-(`RETRIES` times); after that the run stops with a PrepError naming the chunk's tasks. An exception the
-function raises comes back as itself, as from `prep.processes.ordered_map`. Leaving the `with` block
+bounded number of results however many tasks there are. A chunk whose worker or node dies is submitted
+again, up to `RETRIES` times, after a pause that doubles each time (`retry_delay`, so a node that is
+restarting has time to come back); each retry is announced naming the chunk's tasks (`notify`, stderr by
+default), and after the last the run stops with a PrepError naming them. An exception the function
+raises comes back as itself, as from `prep.processes.ordered_map`. Leaving the `with` block
 (done, an error, Ctrl-C) cancels the chunks in flight and waits for them, so none is still writing when
 the caller cleans up.
 
@@ -30,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -42,8 +45,10 @@ Result = TypeVar("Result")
 
 #: The extra that installs Ray, named in the error when Ray is missing.
 RAY_EXTRA = "shardprep[ray]"
-#: How often Ray runs a chunk again whose worker died (a node lost, a worker killed) before the run fails.
+#: How often a chunk whose worker died (a node lost, a worker killed) is run again before the run fails.
 RETRIES = 3
+#: Seconds before the first retry of a chunk; each further retry of it waits twice as long.
+RETRY_DELAY = 1.0
 #: Chunks in flight per CPU of the cluster: enough to keep every worker busy while results are taken.
 CHUNKS_PER_CPU = 2
 #: At most this many tasks per chunk, so results come back steadily and a retry repeats little work.
@@ -149,9 +154,19 @@ def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> list[Any]:
 class RayEngine:
     """A connection to a Ray cluster (started here unless `address` names one) for one run."""
 
-    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        workers: int | None = None,
+        *,
+        retry_delay: float = RETRY_DELAY,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
         self.address = address
         self.workers = workers
+        self.retry_delay = retry_delay
+        #: Told of each retry as it happens (one line of text); stderr unless given.
+        self.notify = notify or _to_stderr
         self.ray = import_ray()
         self._started = False
         self._watcher: _Watcher | None = None
@@ -180,7 +195,7 @@ class RayEngine:
                 signal.signal(signal.SIGTERM, on_sigterm)
             if self.address is None and sys.platform.startswith("linux"):
                 self._watcher = _Watcher(_descendants(os.getpid()))
-        self._remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_run_chunk)
+        self._remote = ray.remote(max_retries=0, retry_exceptions=False)(_run_chunk)  # retried here
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -229,6 +244,7 @@ class RayEngine:
         starts = range(0, len(tasks), size)
         pending: deque[tuple[int, Any]] = deque()
         submitted = iter(starts)
+        attempts: dict[int, int] = {}  # chunk start -> retries so far
         try:
             for start in submitted:
                 pending.append((start, self._remote.remote(function, list(tasks[start : start + size]))))
@@ -244,9 +260,20 @@ class RayEngine:
                     raise self._failed(
                         what, [name(task) for task in tasks[start : start + size]], error
                     ) from None
-                except ray.exceptions.RayError as error:  # the worker or its node died, and again
-                    chunk = tasks[start : start + size]
-                    raise self._failed(what, [name(task) for task in chunk], error) from None
+                except ray.exceptions.RayError as error:  # the worker or its node died
+                    chunk = list(tasks[start : start + size])
+                    names = [name(task) for task in chunk]
+                    attempt = attempts[start] = attempts.get(start, 0) + 1
+                    if attempt > RETRIES:
+                        raise self._failed(what, names, error) from None
+                    delay = self.retry_delay * 2 ** (attempt - 1)
+                    self.notify(
+                        f"{what}: a Ray worker died on {', '.join(names)} ({_first_line(error)});"
+                        f" retrying in {delay:g} s (retry {attempt} of {RETRIES})"
+                    )
+                    time.sleep(delay)
+                    pending[0] = (start, self._remote.remote(function, chunk))
+                    continue
                 pending.popleft()
                 following = next(submitted, None)
                 if following is not None:
@@ -269,8 +296,18 @@ class RayEngine:
                 pass
 
     def _failed(self, what: str, names: list[str], error: Exception) -> PrepError:
-        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return PrepError(
-            f"A Ray task {what} failed for good (retried {RETRIES} times) on {', '.join(names)}: {cause}."
-            " Nothing was written; run again."
+            f"A Ray task {what} failed for good (retried {RETRIES} times) on {', '.join(names)}:"
+            f" {_first_line(error)}. Nothing was written; run again (with --resume, what was finished is kept)."
         )
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _to_stderr(message: str) -> None:
+    """A notice on a line of its own (after the progress line, if one is drawn)."""
+    sys.stderr.write(("\n" if sys.stderr.isatty() else "") + message + "\n")
+    sys.stderr.flush()

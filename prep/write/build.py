@@ -97,12 +97,13 @@ class DatasetBuild:
         self.rows_files += 1
         return self.staging.meta_file(f"rows-{self.rows_files - 1}.pickle")
 
-    def reserve_shard(self, split: str) -> ShardSlot:
-        """Name the next shard of `split` for a writer elsewhere (another process): where it and its index go.
+    def reserve_shard(self, split: str, folder: str = "") -> ShardSlot:
+        """Name the next shard of `split` (in `root/folder`) for a writer elsewhere (another process): where
+        it and its index go.
 
         The caller writes the shard to `slot.path`, its `.tar.idx` and its rows file, then hands it back
         with `adopt`. Shards reserved this way and written by `writer(split)` share one numbering."""
-        writer = self.writer(split)
+        writer = self.writer(split, folder)
         writer.finish_shard()
         shard, final = writer.next_shard()
         staged = self.staging.temp_path(final)

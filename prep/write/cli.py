@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from prep.cli import (
+    DatasetLocation,
     ProgressLine,
     engine_option,
     field_map_option,
@@ -15,6 +16,7 @@ from prep.cli import (
     progress_option,
     ray_address_option,
     stop_on_sigterm,
+    tmp_path_option,
 )
 from prep.index.media import skipped_av_warning
 from prep.write.options import AUX_FORMATS, DEFAULT_SHARD_PATTERN, ON_ERROR, WriteOptions
@@ -32,6 +34,12 @@ def describe_summary(summary: WriteSummary) -> str:
     if summary.metadataset is not None:
         lines.append(
             f"Media in the auxiliary dataset {summary.aux}; load {summary.metadataset} with energon."
+        )
+    if summary.resumed is not None:
+        shards, total, blocks, all_blocks = summary.resumed
+        lines.append(
+            f"Resumed: reused {shards:,} of {total:,} shards and {blocks:,} of {all_blocks:,} input blocks"
+            " an earlier run finished."
         )
     if summary.oversize_groups:
         lines.append(
@@ -52,15 +60,30 @@ def describe_summary(summary: WriteSummary) -> str:
 
 def _progress_text(progress: WriteProgress) -> str:
     seconds = max(progress.seconds, 1e-9)
+    stage = ""
+    if progress.stage:  # a write in blocks: where it is, and how long the stage has to go
+        eta = f", ETA {_duration(progress.eta)}" if progress.eta is not None else ""
+        stage = f"{progress.stage} {progress.done:,}/{progress.total:,}{eta}; "
     return (
-        f"written {progress.samples:,} samples, {progress.bytes / 1e6:,.1f} MB"
+        f"{stage}written {progress.samples:,} samples, {progress.bytes / 1e6:,.1f} MB"
         f" ({progress.samples / seconds:,.0f} samples/s, {progress.bytes / 1e6 / seconds:,.1f} MB/s)"
         + (f", {progress.rejects:,} rejected" if progress.rejects else "")
     )
 
 
+def _duration(seconds: float) -> str:
+    """`h:mm:ss` or `m:ss`.
+
+    >>> _duration(75.2), _duration(3725)
+    ('1:15', '1:02:05')
+    """
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 @click.command(name="write")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=DatasetLocation())
 @click.option(
     "--format",
     "kind",
@@ -105,8 +128,15 @@ def _progress_text(progress: WriteProgress) -> str:
 @engine_option
 @ray_address_option
 @media_metadata_options
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep each finished block and shard (in OUT_DIR/.shardprep-resume), so that a rerun with the same"
+    " arguments and --resume after an interruption redoes only what was not finished or changed since.",
+)
+@tmp_path_option
 def write_command(
-    paths: tuple[Path, ...],
+    paths: tuple[Path | str, ...],
     kind: str | None,
     parts: tuple[str, ...],
     key_column: str | None,
@@ -132,6 +162,8 @@ def write_command(
     media_metadata_by_glob: str | None,
     media_metadata_by_header: bool,
     media_metadata_by_extension: bool,
+    resume: bool,
+    tmp_path: Path | None,
 ) -> None:
     """Write SOURCE... (JSONL, CSV, Parquet, folders, parallel text) into a prepared dataset at OUT_DIR.
 
@@ -149,15 +181,25 @@ def write_command(
         on_error=on_error, rejects=rejects, overwrite=overwrite, allow_pickle=allow_pickle, num_workers=num_workers,
         engine=engine, ray_address=ray_address, media_metadata_by_glob=media_metadata_by_glob,
         media_metadata_by_header=media_metadata_by_header, media_metadata_by_extension=media_metadata_by_extension,
+        resume=resume,
     )  # fmt: skip
     columns = None
     if options.parts is not None:  # a columnar source reads only the fields the write uses
         columns = [column for column, _ in options.parts] + [column for column, _ in options.media]
         columns += [column for column in (key_column, group_by) if column]
-    sources = open_sources(list(source_paths), kind, columns)
+    if any(isinstance(path, str) for path in source_paths):
+        raise click.UsageError("SOURCE must be a local path; only OUT_DIR may be an s3:// or msc:// address.")
+    sources = open_sources(list(source_paths), kind, columns)  # type: ignore[arg-type]
     line = ProgressLine(progress)
     try:
-        summary = write(sources, out_dir, options, lambda state: line.show(_progress_text(state)))
+        if isinstance(out_dir, str):  # s3:// or msc://: written under --tmp-path, then uploaded
+            from prep.write.remote import write_remote
+
+            summary = write_remote(
+                sources, out_dir, options, lambda state: line.show(_progress_text(state)), tmp_path=tmp_path
+            )
+        else:
+            summary = write(sources, out_dir, options, lambda state: line.show(_progress_text(state)))
     finally:
         line.close()
     click.echo(describe_summary(summary))

@@ -67,6 +67,8 @@ class WriteOptions:
     ray_address: str | None = None
     #: Describe media parts into index.sqlite as `prepare --media-metadata-by-*` does; None: not.
     media_filter: MediaFilter | None = None
+    #: Keep each finished block and shard beside OUT_DIR and reuse those an interrupted run kept (`write.resume`).
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -124,6 +126,7 @@ class WriteOptions:
         media_metadata_by_glob: str | None = None,
         media_metadata_by_header: bool = False,
         media_metadata_by_extension: bool = False,
+        resume: bool = False,
     ) -> WriteOptions:
         """Options from flags as given: `parts` as FIELD=PART, `split_ratio` as "8,1,1", `media_columns`
         as FIELD[=EXT], `field_map` as JSON, the media filter as prepare's three options; the rest as
@@ -151,6 +154,7 @@ class WriteOptions:
             media_filter=media_filter_from_options(
                 media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension
             ),
+            resume=resume,
         )
 
     @property

@@ -17,7 +17,10 @@ run then stops (`--on-error stop`) or lists the record in a rejects file and goe
 
 A plain JSONL file (generated keys, each line as the `json` part, one split, `--on-error stop`) skips
 the loop: its shards are planned from the line lengths and written on every core (`jsonl_parallel`), or
-with `--engine ray` as Ray tasks (`prep.engines.ray_cluster`; the only input Ray writes so far).
+with `--engine ray` as Ray tasks (`prep.engines.ray_cluster`). Other JSONL, CSV and Parquet files with
+`--engine ray`, and every write with `--resume` (on either engine), go in blocks read in parallel
+(`blockwise`), with the same bytes as the loop writes; `--resume` keeps each finished block and shard
+beside OUT_DIR for a rerun (`resume`).
 The shards, their `.tar.idx` and `.nv-meta` are built in staging (`build.DatasetBuild`) and nothing is
 in place until everything is written; the whole run holds OUT_DIR's lock (`prep.index.lock`), and a full
 disk or a refused write is reported plainly (`prep.errors.plain_io_errors`).
@@ -36,20 +39,23 @@ from pathlib import Path
 
 from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, plain_io_errors
+from prep.index.checkpoint import RESUME_DIR, Checkpoint
 from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_dataset, find_sample_type
 from prep.index.format import INDEX_SQLITE, META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.media import MediaSummary, add_folder_media_metadata
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
-from prep.processes import in_child, ordered_map, worker_count
+from prep.processes import in_child, worker_count
 from prep.tar.fields import END_OF_ARCHIVE
+from prep.write.blockwise import engine_map, refusal, write_in_blocks
 from prep.write.build import DatasetBuild, ShardSlot
 from prep.write.jsonl_parallel import ShardDone, ShardJob, plan_shards, write_planned_shard
 from prep.write.keys import Rejected, SampleKeys
 from prep.write.options import WriteOptions
 from prep.write.parts import Parts, record_parts
 from prep.write.polylithic import AUX_FOLDER, PRIMARY_FOLDER, metadataset_yaml
+from prep.write.resume import WriteCheckpoint
 from prep.write.shards import sample_tar_bytes
 from prep.write.sources import DictSource, Record, Reject, Source
 from prep.write.sources.jsonl import JsonlSource
@@ -70,6 +76,12 @@ class WriteProgress:
     bytes: int
     rejects: int
     seconds: float
+    #: Where a run of several stages is (`write --engine ray`): its stage, and pieces done of the total.
+    stage: str = ""
+    done: int = 0
+    total: int = 0
+    #: Seconds the stage will take yet, at its pace so far (None: not known yet).
+    eta: float | None = None
 
 
 @dataclass
@@ -88,6 +100,9 @@ class WriteSummary:
     metadataset: Path | None = None
     oversize_groups: int = 0
     shard_names: list[str] = field(default_factory=list)
+    #: With --resume: shards an earlier run finished and this one reused, shards in all, and the same of
+    #: blocks read (`blockwise`).
+    resumed: tuple[int, int, int, int] | None = None
     #: With a media filter: media rows written (primary and auxiliary dataset together), None without.
     media: MediaSummary | None = None
 
@@ -134,6 +149,8 @@ class WriteRun:
             GroupSpool(self.primary.staging.meta_file("groups.spool")) if options.group_contiguous else None
         )
         self.oversize_groups = 0
+        self.resumed: tuple[int, int, int, int] | None = None
+        self._stage_started = self.started
         #: (path relative to the aux folder, size) of each media file written there, for its media index.
         self.aux_files: list[tuple[str, int]] = []
         self.media: MediaSummary | None = None
@@ -158,6 +175,19 @@ class WriteRun:
         if self.progress is not None and (self.samples + self.rejects) % every == 0:
             self.progress(
                 WriteProgress(self.samples, self.bytes, self.rejects, time.perf_counter() - self.started)
+            )
+
+    def stage(self, stage: str, done: int, total: int) -> None:
+        """Tell the progress callback that `done` of the `total` pieces of `stage` are done (0 when the
+        stage starts)."""
+        now = time.perf_counter()
+        if done == 0:
+            self._stage_started = now
+        if self.progress is not None:
+            eta = (now - self._stage_started) / done * (total - done) if done else None
+            seconds = now - self.started
+            self.progress(
+                WriteProgress(self.samples, self.bytes, self.rejects, seconds, stage, done, total, eta)
             )
 
     # -- the sink ---------------------------------------------------------------------------------------
@@ -290,6 +320,7 @@ class WriteRun:
             metadataset=self.out_dir / METADATASET_YAML if self.options.polylithic else None,
             oversize_groups=self.oversize_groups,
             shard_names=shard_names,
+            resumed=self.resumed,
             media=self.media,
         )
 
@@ -304,13 +335,20 @@ def write(
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
     with plain_io_errors(out_dir, "write"), dataset_lock(out_dir, "write"):
-        _check_out_dir(out_dir, options.overwrite)
+        _check_out_dir(out_dir, options)
         with WriteRun(out_dir, options, progress) as run:
-            if not _write_jsonl_in_parallel(run, sources):
-                _write_records(run, sources)
+            if options.resume:
+                _write_in_blocks(run, sources)
+            elif not _write_jsonl_in_parallel(run, sources):
+                if options.engine == RAY:
+                    _write_in_blocks(run, sources)
+                else:
+                    _write_records(run, sources)
             run.report()
             run.finish(options.definition())
             run.commit()
+        if options.resume:
+            Checkpoint(out_dir).remove()  # what an interrupted run kept is for a dataset now in place
     return run.summary()
 
 
@@ -364,9 +402,24 @@ def _write_records(run: WriteRun, sources: list[Source]) -> None:
             run.report(PROGRESS_EVERY)
 
 
+def _write_in_blocks(run: WriteRun, sources: list[Source]) -> None:
+    """`--resume`, and `--engine ray` of what is not one plain JSONL file: blocks read in parallel
+    (`blockwise`), or a PrepError naming what cannot be written so byte for byte as one process does."""
+    options = run.options
+    problem = refusal(options, sources)
+    if problem is not None:
+        flag = "--resume" if options.resume else "--engine ray"
+        raise PrepError(f"{flag} cannot write this: {problem}. Leave out {flag} to write it in one pass.")
+    checkpoint = WriteCheckpoint(run.out_dir, sources, options) if options.resume else None
+    write_in_blocks(run, sources, checkpoint)
+    if checkpoint is not None:
+        blocks = checkpoint.reused_blocks, checkpoint.blocks
+        run.resumed = (checkpoint.reused_shards, len(run.primary.finished), *blocks)
+
+
 def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
     """Write a plain JSONL source's shards in worker processes or Ray tasks (`jsonl_parallel`); False
-    when not applicable or not worth it (a PrepError instead if not applicable with `--engine ray`).
+    when not applicable or not worth it.
 
     Only for the plain case with on_error=stop: generated keys, the default `json` part, one split. The
     shards, keys and index are those the single-process loop writes; the first bad line stops the run."""
@@ -380,12 +433,6 @@ def _write_jsonl_in_parallel(run: WriteRun, sources: list[Source]) -> bool:
         and options.on_error == "stop"
     )
     if not plain or len(sources) != 1 or type(sources[0]) is not JsonlSource:
-        if options.engine == RAY:
-            raise PrepError(
-                "--engine ray writes one plain JSONL file so far (generated keys, each line as the json"
-                " part, no --split-ratio, --part, --key-column, --group-by or --media-column, --on-error"
-                " stop); leave out --engine ray to write this input on this machine."
-            )
         return False
     if options.engine == LOCAL and worker_count(options.num_workers, 2) < 2:
         return False  # one core: not worth the planning pass
@@ -423,15 +470,8 @@ def _shards_written(
     """Each planned shard written, its result in plan order: in worker processes here, or as Ray tasks
     (which write into this run's staging, so a worker on another machine needs OUT_DIR on a shared
     filesystem at the same path)."""
-    if options.engine == LOCAL:
-        yield ordered_map(write_planned_shard, jobs, workers, what="writing shards")
-        return
-    from prep.engines.ray_cluster import RayEngine  # Ray is slow to import: only for --engine ray
-
-    with RayEngine(options.ray_address, workers) as cluster:
-        yield cluster.ordered_map(
-            write_planned_shard, jobs, what="writing shards", name=lambda job: job[0].shard
-        )
+    with engine_map(options, workers) as mapper:
+        yield mapper(write_planned_shard, jobs, what="writing shards", name=lambda job: job[0].shard)
 
 
 def _adopt_shards(run: WriteRun, slots: list[ShardSlot], written: Iterator[ShardDone]) -> None:
@@ -458,12 +498,24 @@ def _show(record: Record) -> str:
         return repr(record.fields)[:10_000]
 
 
-def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    if any(entry.name != LOCK_FILE for entry in out_dir.iterdir()) and not overwrite:
+def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
+    """A PrepError unless `out_dir` is empty (but for the lock, and with --resume what an interrupted
+    run kept), or --overwrite is given."""
+    ours = {LOCK_FILE, RESUME_DIR} if options.resume else {LOCK_FILE}
+    others = [entry for entry in out_dir.iterdir() if entry.name not in ours]
+    if options.resume:  # a killed run's staged files are gone (`prep.index.lock`), their folders not
+        others = [entry for entry in others if not (entry.is_dir() and _holds_no_file(entry))]
+    if others and not options.overwrite:
+        kept = " (it holds what an interrupted write kept: rerun that write with --resume)"
         raise PrepError(
-            f"{out_dir} is not empty. Give a new or empty folder, or pass --overwrite to replace its contents"
-            " (the old contents stay until the new dataset is complete)."
+            f"{out_dir} is not empty{kept if (out_dir / RESUME_DIR).exists() else ''}. Give a new or empty"
+            " folder, or pass --overwrite to replace its contents (the old contents stay until the new"
+            " dataset is complete)."
         )
+
+
+def _holds_no_file(folder: Path) -> bool:
+    return not any(files for _, _, files in os.walk(folder))
 
 
 def _clear_old_contents(out_dir: Path, keep: set[Path]) -> None:

@@ -40,6 +40,15 @@ class ShardLimits:
         end-of-archive marker). A shard takes its first sample whatever its size."""
         return count <= self.maxcount and nbytes + len(END_OF_ARCHIVE) <= self.maxsize
 
+    def room_for(self, count: int, nbytes: int, samples: int, more_bytes: int) -> bool:
+        """Whether a shard of `count` samples in `nbytes` takes `samples` more of `more_bytes` without
+        rolling over (an empty shard takes anything): the rollover rule.
+
+        >>> ShardLimits(maxcount=2).room_for(2, 100, 1, 10), ShardLimits(maxcount=2).room_for(0, 0, 5, 10)
+        (False, True)
+        """
+        return count == 0 or self.fits(count + samples, nbytes + more_bytes)
+
 
 def sample_tar_bytes(parts: list[tuple[str, bytes]]) -> int:
     """Tar bytes one sample takes with plain ustar headers (a lower bound when PAX headers are needed)."""
@@ -184,9 +193,7 @@ class ShardWriter:
         """Whether the open shard takes `samples` more samples of `nbytes` tar bytes without rolling over
         (a new shard takes anything)."""
         current = self.current
-        if current is None or current.count == 0:
-            return True
-        return self.limits.fits(current.count + samples, current.pos + nbytes)
+        return current is None or self.limits.room_for(current.count, current.pos, samples, nbytes)
 
     def write(self, key: str, parts: list[tuple[str, bytes]], same_shard: bool = False) -> int:
         """Write one sample, opening a new shard first if this one is full; returns the bytes written.

@@ -1,6 +1,6 @@
 """The Ray engine on a real local Ray instance of 2 CPUs, started and stopped by this module: results in
-task order, a worker that dies retried, a task that keeps dying named in one clear error, and Ray's
-absence a one-line error naming the extra."""
+task order, a worker that dies retried after a pause and announced, a task that keeps dying named in
+one clear error, and Ray's absence a one-line error naming the extra."""
 
 from __future__ import annotations
 
@@ -31,10 +31,11 @@ def square(number: int) -> int:
 
 def die_once(marker: str, number: int) -> int:
     """Kill the worker process the first time any task runs (the marker remembers it), then work."""
-    if not os.path.exists(marker):
-        Path(marker).touch()
-        os._exit(1)
-    return number + 1
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))  # only one task, however many run at once
+    except FileExistsError:
+        return number + 1
+    os._exit(1)
 
 
 def always_die(number: int) -> int:
@@ -48,18 +49,25 @@ def test_results_come_back_in_task_order_however_many_tasks(cluster) -> None:
     assert cluster.is_initialized(), "a Ray the caller started is left running"
 
 
-def test_a_worker_killed_mid_run_is_retried(cluster, tmp_path: Path) -> None:
+def test_a_worker_killed_mid_run_is_retried_after_a_pause_and_named(cluster, tmp_path: Path) -> None:
     tasks = [(str(tmp_path / "died"), number) for number in range(10)]
-    with RayEngine() as engine:
-        assert list(engine.ordered_map(die_once, tasks, what="counting")) == list(range(1, 11))
+    notices: list[str] = []
+    started = time.monotonic()
+    with RayEngine(retry_delay=0.2, notify=notices.append) as engine:
+        results = list(engine.ordered_map(die_once, tasks, what="counting", name=lambda task: f"t{task[1]}"))
+    assert results == list(range(1, 11))
     assert (tmp_path / "died").exists(), "no worker died: the test proved nothing"
+    assert len(notices) == 1 and "counting: a Ray worker died on t" in notices[0], notices
+    assert f"retry 1 of {RETRIES}" in notices[0] and time.monotonic() - started >= 0.2
 
 
 def test_a_task_that_keeps_failing_is_named_in_one_clear_error(cluster) -> None:
-    with RayEngine() as engine, pytest.raises(PrepError) as raised:
+    notices: list[str] = []
+    with RayEngine(retry_delay=0.01, notify=notices.append) as engine, pytest.raises(PrepError) as raised:
         list(engine.ordered_map(always_die, [(7,)], what="counting", name=lambda task: f"task-{task[0]}"))
     message = str(raised.value)
     assert "task-7" in message and f"retried {RETRIES} times" in message and "counting" in message
+    assert [notice.split("(retry ")[1] for notice in notices] == [f"{n} of {RETRIES})" for n in (1, 2, 3)]
 
 
 def test_without_ray_the_error_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,7 +43,7 @@ def test_a_killed_prepare_resumes_with_the_shards_it_finished(tmp_path: Path) ->
     checkpoint = root / RESUME_DIR
     deadline = time.monotonic() + 60
     while run.poll() is None and time.monotonic() < deadline:
-        if checkpoint.is_dir() and len(os.listdir(checkpoint)) >= 20:
+        if checkpoint.is_dir() and sum(name.endswith(".record") for name in os.listdir(checkpoint)) >= 20:
             os.kill(run.pid, signal.SIGKILL)
             break
         time.sleep(0.005)
@@ -65,7 +65,7 @@ def test_a_failed_prepare_resumes_and_a_shard_changed_since_is_scanned_again(tmp
     bad.write_bytes(good_bytes[: 512 * 3 + 100])  # cut inside a member: the run fails
     failed = run_shardprep("prepare", str(root), *FLAGS, "--resume")
     assert failed.returncode != 0 and "shard-0005.tar" in failed.stderr
-    assert len(os.listdir(root / RESUME_DIR)) == 11
+    assert sum(name.endswith(".record") for name in os.listdir(root / RESUME_DIR)) == 11
 
     bad.write_bytes(good_bytes)
     write_tarfile(root / "shard-0007.tar", sample_members("changed-", 4))  # new content since
@@ -91,7 +91,7 @@ def test_the_python_api_resumes_too(tmp_path: Path) -> None:
     bad.write_bytes(b"not a tar" * 100)
     with pytest.raises(ShardError):
         prepare_dataset(root, resume=True)
-    assert len(os.listdir(root / RESUME_DIR)) == 3
+    assert sum(name.endswith(".record") for name in os.listdir(root / RESUME_DIR)) == 3
     bad.write_bytes(good)
     assert sum(prepare_dataset(root, resume=True).values()) == 12
     assert not (root / RESUME_DIR).exists()

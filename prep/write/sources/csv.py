@@ -1,4 +1,8 @@
-"""CSV (and TSV by suffix): a header row names the fields; every row must have exactly that many."""
+"""CSV (and TSV by suffix): a header row names the fields; every row must have exactly that many.
+
+`CsvSource.records` reads the whole file; `CsvSource.rows` reads from any reader that stands at a record
+boundary, which is how `prep.write.blocks` reads one block of a file with the same code.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import csv
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from prep.errors import PrepError
 from prep.write.sources import FileSource, Record, Reject
@@ -21,36 +26,39 @@ class CsvSource(FileSource):
         self.delimiter = delimiter or ("\t" if path.suffix.lower() == ".tsv" else ",")
 
     def records(self) -> Iterator[Record | Reject]:
-        name, base = self.name, self.path.parent
         try:
             with open(self.path, newline="", encoding="utf-8") as file:
                 reader = csv.reader(file, delimiter=self.delimiter)
                 header = next(reader, None)
                 if header is None:
                     return
-                width = len(header)
-                first_line = reader.line_num + 1
-                while True:
-                    try:
-                        row = next(reader)
-                    except StopIteration:
-                        return
-                    except csv.Error as error:
-                        yield Reject(f"{name}:{first_line}", f"unreadable CSV ({error})")
-                        first_line = reader.line_num + 1
-                        continue
-                    where = f"{name}:{first_line}"
-                    first_line = reader.line_num + 1
-                    if not row:
-                        continue
-                    if len(row) != width:
-                        yield Reject(
-                            where, f"the row has {len(row)} fields, the header has {width}", self._text(row)
-                        )
-                        continue
-                    yield Record(dict(zip(header, row, strict=True)), where, base=base)
+                yield from self.rows(reader, header, 0)
         except UnicodeDecodeError as error:
-            raise PrepError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start}).") from None
+            raise PrepError(f"{self.name}: not UTF-8 text ({error.reason} at byte {error.start}).") from None
+
+    def rows(self, reader: Any, header: list[str], lines_before: int) -> Iterator[Record | Reject]:
+        """The records `reader` (a `csv.reader` at a record boundary, after `lines_before` lines of the
+        file) gives, each a dict by `header`, named by its first line."""
+        name, base = self.name, self.path.parent
+        width = len(header)
+        first_line = lines_before + reader.line_num + 1
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                yield Reject(f"{name}:{first_line}", f"unreadable CSV ({error})")
+                first_line = lines_before + reader.line_num + 1
+                continue
+            where = f"{name}:{first_line}"
+            first_line = lines_before + reader.line_num + 1
+            if not row:
+                continue
+            if len(row) != width:
+                yield Reject(where, f"the row has {len(row)} fields, the header has {width}", self._text(row))
+                continue
+            yield Record(dict(zip(header, row, strict=True)), where, base=base)
 
     def _text(self, row: list[str]) -> str:
         out = io.StringIO()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from prep.errors import PrepError
 from prep.write.sources import Record, Reject, Source
@@ -52,35 +53,51 @@ class ParquetSource:
         return [cls(path, columns) for path in paths]
 
     def records(self) -> Iterator[Record | Reject]:
+        parquet = self.open_file()
+        row = 0
+        for group in range(parquet.num_row_groups):
+            rows = parquet.metadata.row_group(group).num_rows
+            yield from self.rows(parquet, group, 0, rows, row)
+            row += rows
+
+    def open_file(self) -> Any:
+        """The file as a `pyarrow.parquet.ParquetFile`, or a PrepError saying why it cannot be read."""
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise PrepError("Reading Parquet needs pyarrow: pip install pyarrow.") from None
         try:
-            parquet = pq.ParquetFile(self.path)
+            return pq.ParquetFile(self.path)
         except Exception as error:  # pyarrow raises its own error types for unreadable files
             raise PrepError(f"{self.name}: not a readable Parquet file ({error}).") from None
+
+    def rows(
+        self, parquet: Any, group: int, start: int, stop: int, rows_before: int
+    ) -> Iterator[Record | Reject]:
+        """The records of rows `start` to `stop` of row group `group`, after `rows_before` rows of the
+        file (which name them); `prep.write.blocks` reads a block of a file with it."""
         schema = parquet.schema_arrow
         columns = [name for name in (self.columns or schema.names) if name in schema.names]
         bad = {name: kind for name in columns if (kind := unsupported_type(schema.field(name).type))}
         base = self.path.parent
-        row = 0
-        for group in range(parquet.num_row_groups):
-            try:
-                table = parquet.read_row_group(group, columns=columns)
-            except Exception as error:  # a damaged page or footer: pyarrow's OSError or ArrowException
-                raise PrepError(
-                    f"{self.name}: row group {group} (after row {row}) cannot be read: {error}. The file is"
-                    " damaged or was cut short; write it again from its source."
-                ) from None
-            if bad:
-                reason = "; ".join(
-                    f"column {name!r} has type {kind}, which has no JSON form" for name, kind in bad.items()
-                )
-                for _ in range(table.num_rows):
-                    row += 1
-                    yield Reject(f"{self.name}:row {row}", f"{reason} (cast it, or leave it out with --part)")
-                continue
-            for fields in table.to_pylist():
+        row = rows_before
+        try:
+            table = parquet.read_row_group(group, columns=columns)
+        except Exception as error:  # a damaged page or footer: pyarrow's OSError or ArrowException
+            raise PrepError(
+                f"{self.name}: row group {group} (after row {row}) cannot be read: {error}. The file is"
+                " damaged or was cut short; write it again from its source."
+            ) from None
+        if start or stop < table.num_rows:
+            table = table.slice(start, stop - start)
+        if bad:
+            reason = "; ".join(
+                f"column {name!r} has type {kind}, which has no JSON form" for name, kind in bad.items()
+            )
+            for _ in range(table.num_rows):
                 row += 1
-                yield Record(fields, f"{self.name}:row {row}", base=base)
+                yield Reject(f"{self.name}:row {row}", f"{reason} (cast it, or leave it out with --part)")
+            return
+        for fields in table.to_pylist():
+            row += 1
+            yield Record(fields, f"{self.name}:row {row}", base=base)

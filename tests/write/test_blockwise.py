@@ -1,0 +1,75 @@
+"""A write in blocks (`--resume` on this machine, `--engine ray` on a cluster): files cut into blocks
+read alone give the records of a whole-file read, with the same names, even where a cut falls inside a
+quoted CSV field; its progress counts the pieces of each stage and says how long the stage has to go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prep.write import WriteProgress, open_sources, write_dataset
+from prep.write.blocks import Block, block_records, count_block, counted_blocks, plan_blocks
+from tests.write.test_engine_ray import csv_file, records, written
+
+
+def whole_and_in_blocks(path: Path, block_bytes: int) -> tuple[list, list, int]:
+    """(records of a whole-file read, records of its blocks, rounds of counting)."""
+    rounds = []
+
+    def count(blocks: list[Block]) -> list:
+        rounds.append(len(blocks))
+        return [count_block(block) for block in blocks]
+
+    source = open_sources([path])
+    blocks = counted_blocks(plan_blocks(source, block_bytes, 10), count, block_bytes)
+    assert len(blocks) > 5
+    parts = [
+        (record.where, getattr(record, "fields", None)) for b in blocks for record in block_records(b)[1]
+    ]
+    whole = [(record.where, getattr(record, "fields", None)) for record in source[0].records()]
+    return whole, parts, len(rounds)
+
+
+def test_csv_blocks_read_the_records_of_the_whole_file(tmp_path: Path) -> None:
+    whole, parts, rounds = whole_and_in_blocks(csv_file(tmp_path / "in.csv", records(300)), 2000)
+    assert parts == whole and len(whole) == 300 and rounds == 1
+
+
+def test_a_stray_quote_that_misleads_the_cutter_costs_a_recount_not_a_wrong_record(tmp_path: Path) -> None:
+    path = csv_file(tmp_path / "in.csv", records(300), stray_quote_at=40)
+    whole, parts, rounds = whole_and_in_blocks(path, 2000)
+    assert parts == whole and rounds == 2
+
+
+def test_progress_counts_each_stage_and_gives_an_eta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prep.write import blockwise
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 3000)
+    seen: list[WriteProgress] = []
+    path = csv_file(tmp_path / "in.csv", records(300))
+    write_dataset(open_sources([path]), tmp_path / "out", maxcount=30, resume=True, progress=seen.append)
+    stages = [(state.stage, state.done, state.total) for state in seen if state.stage]
+    encoding = [done for stage, done, _ in stages if stage == "encoding blocks"]
+    shards = [(done, total) for stage, done, total in stages if stage == "writing shards"]
+    assert len(encoding) > 5 and encoding == list(range(len(encoding)))
+    assert shards == [(done, 10) for done in range(11)]
+    assert all(state.eta is not None for state in seen if state.stage and state.done)
+    write_dataset(open_sources([path]), tmp_path / "one", maxcount=30)
+    assert written(tmp_path / "out") == written(tmp_path / "one")
+
+
+def test_bad_utf8_in_a_later_block_is_named_by_its_byte_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prep.errors import PrepError
+    from prep.write import blockwise
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 3000)
+    path = csv_file(tmp_path / "in.csv", records(300))
+    data = path.read_bytes()
+    at = data.index(b"k250,")
+    path.write_bytes(data[:at] + b"\xff" + data[at + 1 :])
+    with pytest.raises(PrepError, match=rf"in.csv: not UTF-8 text \(invalid start byte at byte {at}\)"):
+        write_dataset(open_sources([path]), tmp_path / "out", resume=True)
+    assert not (tmp_path / "out" / ".nv-meta").exists()

@@ -1,0 +1,114 @@
+"""`write --resume`: a write killed or failed midway keeps the blocks and shards it finished (beside
+OUT_DIR); a rerun with the same arguments reuses them, says how many shards, and writes exactly what a
+clean run writes; what changed since is redone, and the checkpoint is gone once the dataset is in place."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prep.errors import PrepError
+from prep.index.checkpoint import RESUME_DIR
+from prep.write import BadInputError, open_sources, write_dataset
+from tests.support.prepare import REPO, run_shardprep
+
+
+def rows_file(path: Path, count: int, text: str = "word") -> Path:
+    with open(path, "w") as file:
+        for number in range(count):
+            file.write(json.dumps({"n": number, "text": f"{text} " * (number % 11)}) + "\n")
+    return path
+
+
+def written(out: Path) -> dict[str, bytes]:
+    """Every file of the dataset but the random index.uuid, by path."""
+    return {
+        str(path.relative_to(out)): path.read_bytes()
+        for path in sorted(out.rglob("*"))
+        if path.is_file() and path.name != "index.uuid"
+    }
+
+
+def reused(stdout: str) -> tuple[int, int]:
+    """(reused, total) from the summary line of a resumed write."""
+    line = next(line for line in stdout.splitlines() if line.startswith("Resumed:"))
+    words = line.split()
+    return int(words[2].replace(",", "")), int(words[4].replace(",", ""))
+
+
+FLAGS = ["--maxcount", "10", "--split-ratio", "8,1,1", "--no-progress", "--num-workers", "1"]
+
+
+def test_a_killed_write_resumes_with_the_shards_it_finished(tmp_path: Path) -> None:
+    rows = rows_file(tmp_path / "rows.jsonl", 10_000)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "prep", "write", str(rows), str(out), *FLAGS, "--resume"]
+    run = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    checkpoint = out / RESUME_DIR
+    deadline = time.monotonic() + 60
+    while run.poll() is None and time.monotonic() < deadline:
+        # a shard's files are kept before its record: 31 of them mean at least 30 shards kept whole
+        if checkpoint.is_dir() and sum(name.endswith(".tar.idx") for name in os.listdir(checkpoint)) > 30:
+            os.kill(run.pid, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    assert run.wait() == -signal.SIGKILL, "the write ended before it could be killed midway"
+    assert not (out / ".nv-meta").exists()
+
+    result = run_shardprep("write", str(rows), str(out), *FLAGS, "--resume", check=True)
+    count, total = reused(result.stdout)
+    run_shardprep("write", str(rows), str(tmp_path / "clean"), *FLAGS, check=True)
+    assert written(out) == written(tmp_path / "clean")
+    assert total == len(list((tmp_path / "clean").rglob("*.tar"))) and 30 <= count < total
+    assert not checkpoint.exists(), "the checkpoint outlived the dataset it was for"
+
+
+def failed_write(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A write with --resume of two files that fails on a bad line of the second: the first one's
+    block is kept. Returns the two files and OUT_DIR."""
+    good = rows_file(tmp_path / "a.jsonl", 300)
+    bad = rows_file(tmp_path / "b.jsonl", 300)
+    bad.write_text(bad.read_text().replace('{"n": 250,', '{"n": 250', 1))
+    out = tmp_path / "out"
+    with pytest.raises(BadInputError, match="b.jsonl:251"):
+        write_dataset(open_sources([good, bad]), out, maxcount=20, resume=True)
+    assert (out / RESUME_DIR).is_dir() and not (out / ".nv-meta").exists()
+    return good, bad, out
+
+
+def test_a_failed_write_resumes_and_an_input_changed_since_is_redone(tmp_path: Path) -> None:
+    good, bad, out = failed_write(tmp_path)
+    with pytest.raises(PrepError, match="rerun that write with --resume"):
+        write_dataset(open_sources([good]), out, maxcount=20)
+
+    rows_file(bad, 300, text="changed")  # fixed, and different: nothing of it may be reused
+    summary = write_dataset(open_sources([good, bad]), out, maxcount=20, resume=True)
+    clean = write_dataset(open_sources([good, bad]), tmp_path / "clean", maxcount=20)
+    assert written(out) == written(tmp_path / "clean") and summary.samples == clean.samples == 600
+    assert summary.resumed == (0, 30, 1, 2), "the first file's block, and no shard (none was cut yet)"
+    assert not (out / RESUME_DIR).exists()
+
+
+def test_options_that_change_the_output_are_not_resumed_across(tmp_path: Path) -> None:
+    good, bad, out = failed_write(tmp_path)
+    rows_file(bad, 300)
+    summary = write_dataset(open_sources([good, bad]), out, maxcount=25, resume=True)
+    assert summary.resumed == (0, 24, 0, 2)
+    clean = tmp_path / "clean"
+    write_dataset(open_sources([good, bad]), clean, maxcount=25)
+    assert written(out) == written(clean)
+
+
+def test_what_cannot_be_written_in_blocks_is_refused_with_resume(tmp_path: Path) -> None:
+    rows = rows_file(tmp_path / "rows.jsonl", 20)
+    with pytest.raises(PrepError, match="--resume cannot write this: --group-contiguous"):
+        write_dataset(
+            open_sources([rows]), tmp_path / "out", resume=True, group_by="n", group_contiguous=True
+        )
