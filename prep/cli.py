@@ -157,6 +157,39 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
 
+def duration(seconds: float) -> str:
+    """`h:mm:ss` or `m:ss`.
+
+    >>> duration(75.2), duration(3725)
+    ('1:15', '1:02:05')
+    """
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Pace:
+    """How fast a run of `total` pieces goes since it was made: pieces and samples per second, time left.
+
+    >>> pace = Pace(started=0.0)
+    >>> pace.text(10, 40, samples=5000, now=5.0)
+    '10/40 shards, 1,000 samples/s, ETA 0:15'
+    """
+
+    def __init__(self, what: str = "shards", started: float | None = None) -> None:
+        self.what = what
+        self.started = time.perf_counter() if started is None else started
+
+    def text(self, done: int, total: int, samples: int | None = None, now: float | None = None) -> str:
+        elapsed = max((time.perf_counter() if now is None else now) - self.started, 1e-9)
+        parts = [f"{done:,}/{total:,} {self.what}"]
+        if samples is not None:
+            parts.append(f"{samples / elapsed:,.0f} samples/s")
+        if 0 < done < total:
+            parts.append(f"ETA {duration(elapsed / done * (total - done))}")
+        return ", ".join(parts)
+
+
 class ProgressLine:
     """One line of progress on stderr, redrawn at most every `interval` seconds, shown only when enabled
     and the output is a terminal. `close` draws the latest state and ends the line."""
@@ -183,6 +216,14 @@ class ProgressLine:
         sys.stderr.write("\r" + text.ljust(self._width))
         sys.stderr.flush()
         self._width, self._pending = len(text), None
+
+    def note(self, text: str) -> None:
+        """Print `text` on a line of its own above the progress line (which is drawn again next time)."""
+        if not self.shown:
+            return
+        sys.stderr.write("\r" + text.ljust(self._width) + "\n")
+        sys.stderr.flush()
+        self._width = 0
 
     def close(self) -> None:
         if self._pending is not None:

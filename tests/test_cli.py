@@ -74,9 +74,9 @@ def test_prepare_and_write_show_progress_on_a_terminal_unless_told_not_to(tmp_pa
         "1,0,0",
         "--force-overwrite",
     ]
-    assert "Indexing shards  3/3" in run_on_a_terminal(*prepare)
+    assert "Indexing 3/3 shards" in run_on_a_terminal(*prepare)
     quiet = run_on_a_terminal(*prepare, "--no-progress")
-    assert "Indexing shards" not in quiet and "Done: indexed 3000 samples in 3 shards" in quiet
+    assert "Indexing " not in quiet and "Done: indexed 3000 samples in 3 shards" in quiet
     piped = subprocess.run(
         [sys.executable, "-m", "prep", *prepare],
         cwd=REPO,
@@ -85,4 +85,4 @@ def test_prepare_and_write_show_progress_on_a_terminal_unless_told_not_to(tmp_pa
         text=True,
         check=True,
     )
-    assert "Indexing shards" not in piped.stdout + piped.stderr  # not a terminal: no progress line
+    assert "Indexing " not in piped.stdout + piped.stderr  # not a terminal: no progress line

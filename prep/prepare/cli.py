@@ -9,6 +9,7 @@ import click
 
 from prep.cli import (
     DatasetLocation,
+    Pace,
     ProgressLine,
     engine_option,
     field_map_option,
@@ -25,7 +26,7 @@ from prep.index.media import skipped_av_warning
 from prep.index.splits import SHUFFLE_SEED
 from prep.media.filter import media_filter_from_options, parse_media_filter
 from prep.prepare.media import prepare_media
-from prep.prepare.run import PrepareOptions, prepare
+from prep.prepare.run import IndexProgress, PrepareOptions, prepare
 from prep.prepare.wizard import TerminalWizard
 
 
@@ -146,9 +147,13 @@ def prepare_command(
     )
     line = ProgressLine(progress)
 
-    def indexed(done: int, total: int) -> None:
-        line.show(f"Indexing shards  {done}/{total}")
-        if done == total:
+    pace = Pace()
+
+    def indexed(state: IndexProgress) -> None:
+        if state.failed is not None:  # named now; all of them again in the error at the end
+            line.note(f"Failed: {str(state.failed).splitlines()[0]}")
+        line.show(f"Indexing {pace.text(state.done, state.total, state.samples)}")
+        if state.done == state.total:
             line.close()  # the wizard speaks next
 
     def described(done: int, total: int) -> None:

@@ -94,8 +94,22 @@ from prep.processes import ordered_map, worker_count
 PREVIEW_SAMPLES = 2
 #: With more part types than this, energon offers no field map (a sample loader instead).
 MAX_FIELD_MAP_PARTS = 10
-#: `progress(shards done, shards in all)`, called as each shard's rows go in.
-ShardProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class IndexProgress:
+    """Where the indexing is, told as each shard's result comes in (in shard order)."""
+
+    done: int
+    total: int
+    #: Samples indexed so far.
+    samples: int
+    #: The problem of the shard that just came in, if it failed (all are reported together at the end).
+    failed: PrepError | None = None
+
+
+#: `progress(state)`, called as each shard's rows go in.
+ShardProgress = Callable[[IndexProgress], None]
 #: A shard task: (dataset root, shard, tar_file_id, staged `.tar.idx` path).
 ShardTask = tuple[str, str, int, str]
 
@@ -497,26 +511,16 @@ def _insert_rows(
         _scanned(_not_reused(tasks, checkpoint), workers, engine, ray_address, staged.source) as scanned,
     ):
         results = _resumed(tasks, scanned, checkpoint) if checkpoint is not None else scanned
+        samples = 0
         for done, result in enumerate(results, 1):
             release_freed_memory()  # the previous shard's rows are gone now
+            failed = _add_shard(staged, writer, result, strict, errors)
+            samples += 0 if failed or isinstance(result, ShardError) else result.count
             if progress is not None:
-                progress(done, len(tasks))
-            if isinstance(result, ShardError):
-                errors.append(result)
-                continue
-            if not result.end_marker:
-                if strict:
-                    errors.append(_no_end_marker(result.shard, result.end))
-                    continue
-                staged.without_end_marker.append(result.shard)
-            if errors:
+                progress(IndexProgress(done, len(tasks), samples, failed))
+            if failed or errors:
                 continue  # keep scanning to report every bad shard, but stop building
-            try:
-                writer.add_rows(result)
-            except DuplicateKeyError as error:
-                errors.append(error)
-                continue
-            staged.shard_counts[result.shard] = result.count
+            assert isinstance(result, ShardRows)
             if len(part_names) < MAX_PART_NAMES:
                 part_names.update(result.distinct_part_names())
             if result.tar_file_id == 0:
@@ -536,6 +540,35 @@ def _insert_rows(
             os.chmod(path, stat.S_IMODE((root / shard).stat().st_mode) | 0o600)
         except OSError:
             pass
+
+
+def _add_shard(
+    staged: StagedIndex,
+    writer: SqliteIndexWriter,
+    result: ShardRows | ShardError,
+    strict: bool,
+    errors: list[PrepError],
+) -> PrepError | None:
+    """Insert one shard's rows (unless an earlier shard failed); its problem, if it has one, goes to
+    `errors` and is returned."""
+    problem: PrepError | None = None
+    if isinstance(result, ShardError):
+        problem = result
+    elif not result.end_marker and strict:
+        problem = _no_end_marker(result.shard, result.end)
+    else:
+        if not result.end_marker:
+            staged.without_end_marker.append(result.shard)
+        if errors:
+            return None
+        try:
+            writer.add_rows(result)
+            staged.shard_counts[result.shard] = result.count
+        except DuplicateKeyError as error:
+            problem = error
+    if problem is not None:
+        errors.append(problem)
+    return problem
 
 
 @contextmanager

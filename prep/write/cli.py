@@ -9,6 +9,7 @@ import click
 from prep.cli import (
     DatasetLocation,
     ProgressLine,
+    duration,
     engine_option,
     field_map_option,
     media_metadata_options,
@@ -62,24 +63,13 @@ def _progress_text(progress: WriteProgress) -> str:
     seconds = max(progress.seconds, 1e-9)
     stage = ""
     if progress.stage:  # a write in blocks: where it is, and how long the stage has to go
-        eta = f", ETA {_duration(progress.eta)}" if progress.eta is not None else ""
+        eta = f", ETA {duration(progress.eta)}" if progress.eta is not None else ""
         stage = f"{progress.stage} {progress.done:,}/{progress.total:,}{eta}; "
     return (
         f"{stage}written {progress.samples:,} samples, {progress.bytes / 1e6:,.1f} MB"
         f" ({progress.samples / seconds:,.0f} samples/s, {progress.bytes / 1e6 / seconds:,.1f} MB/s)"
         + (f", {progress.rejects:,} rejected" if progress.rejects else "")
     )
-
-
-def _duration(seconds: float) -> str:
-    """`h:mm:ss` or `m:ss`.
-
-    >>> _duration(75.2), _duration(3725)
-    ('1:15', '1:02:05')
-    """
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 @click.command(name="write")

@@ -62,7 +62,7 @@ def test_python_api_uses_the_ray_already_running(cluster: str, dataset: Path) ->
     options = PrepareOptions(
         split_ratio="1,1,1", shuffle_seed=SHUFFLE_SEED, sample_type="CrudeWebdataset", engine="ray"
     )
-    counts = prepare(dataset, options, progress=lambda done, total: seen.append((done, total)))
+    counts = prepare(dataset, options, progress=lambda state: seen.append((state.done, state.total)))
     assert counts == prepare_dataset(local, split_ratio="1,1,1", sample_type="CrudeWebdataset")
     assert seen == [(done, SHARDS) for done in range(1, SHARDS + 1)]
     assert prepared_outputs(dataset) == prepared_outputs(local)
