@@ -53,13 +53,14 @@ from prep.write.build import DatasetBuild, ShardSlot
 from prep.write.jsonl_parallel import ShardDone, ShardJob, plan_shards, write_planned_shard
 from prep.write.keys import Rejected, SampleKeys
 from prep.write.options import WriteOptions
-from prep.write.parts import Parts, record_parts
+from prep.write.parts import Parts
 from prep.write.polylithic import AUX_FOLDER, PRIMARY_FOLDER, metadataset_yaml
 from prep.write.resume import WriteCheckpoint
 from prep.write.shards import sample_tar_bytes
 from prep.write.sources import DictSource, Record, Reject, Source
 from prep.write.sources.jsonl import JsonlSource
-from prep.write.splits import GroupSpool, group_of, split_for
+from prep.write.splits import GroupSpool
+from prep.write.stages import stage_record
 
 REJECTS_FILE = "rejects.jsonl"
 #: Records between two progress reports.
@@ -382,23 +383,18 @@ def _as_sources(sources: Source | Iterable[Source] | Iterable[dict]) -> list[Sou
 
 def _write_records(run: WriteRun, sources: list[Source]) -> None:
     """Every record through the stages: key, split, parts, sink."""
-    options = run.options
-    keys = SampleKeys(options.key_column)
-    ratio, seed, group_by = options.split_ratio, options.seed, options.group_by
+    keys = SampleKeys(run.options.key_column)
     for source in sources:
         for record in source.records():
             if type(record) is Reject:
                 run.reject(record.where, record.reason, record.input)
                 continue
             try:
-                key = keys.key_of(record.key, record.fields)
-                group = group_of(record.fields, key, group_by)
-                split = split_for(group, ratio, seed) if ratio is not None else "train"
-                parts, media = record_parts(source, record, key, options)
+                staged = stage_record(source, record, keys, run.options)
             except Rejected as rejected:
                 run.reject(record.where, str(rejected), _show(record))
                 continue
-            run.add(key, group, split, parts, media)
+            run.add(*staged)
             run.report(PROGRESS_EVERY)
 
 

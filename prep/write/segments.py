@@ -30,10 +30,9 @@ from prep.tar.write import HeaderMaker
 from prep.write.blocks import Block, block_records
 from prep.write.keys import Rejected, SampleKeys
 from prep.write.options import WriteOptions
-from prep.write.parts import record_parts
 from prep.write.shards import ShardFile, ShardLimits, sample_tar_bytes
 from prep.write.sources import Reject
-from prep.write.splits import group_of, split_for
+from prep.write.stages import stage_record
 
 #: Bytes read at a time where a range cannot be copied within the kernel.
 COPY_BYTES = 1 << 22
@@ -83,7 +82,6 @@ def encode_block(job: EncodeJob) -> BlockDone:
     source, records = block_records(block)
     keys = SampleKeys(options.key_column)
     keys.generated = block.records_before
-    ratio, seed, group_by = options.split_ratio, options.seed, options.group_by
     files: dict[str, ShardFile] = {}
     done = BlockDone(0, {})
     if options.key_column is not None:
@@ -94,10 +92,7 @@ def encode_block(job: EncodeJob) -> BlockDone:
                 done.reject = (done.records, record.where, record.reason)
                 break
             try:
-                key = keys.key_of(record.key, record.fields)
-                group = group_of(record.fields, key, group_by)
-                split = split_for(group, ratio, seed) if ratio is not None else "train"
-                parts, _ = record_parts(source, record, key, options)
+                key, _, split, parts, _ = stage_record(source, record, keys, options)
             except Rejected as rejected:
                 done.reject = (done.records, record.where, str(rejected))
                 break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -84,3 +85,20 @@ def tar_samples(path: Path) -> list[tuple[str, dict[str, bytes]]]:
             else:
                 samples.append((key, {part: data}))
     return samples
+
+
+def rows_file(path: Path, count: int, text: str = "word") -> Path:
+    """`count` JSONL rows `{"n": ..., "text": ...}` of varied lengths at `path`."""
+    with open(path, "w") as file:
+        for number in range(count):
+            file.write(json.dumps({"n": number, "text": f"{text} " * (number % 11)}) + "\n")
+    return path
+
+
+def written(out: Path) -> dict[str, bytes]:
+    """Every file of the dataset but the random index.uuid, by path."""
+    return {
+        str(path.relative_to(out)): path.read_bytes()
+        for path in sorted(out.rglob("*"))
+        if path.is_file() and path.name != "index.uuid"
+    }

@@ -23,6 +23,7 @@ from prep.write import BadInputError, blockwise, open_sources, write_dataset
 from prep.write.sources.jsonl import JsonlSource
 from tests.support.prepare import run_shardprep, snapshot
 from tests.support.ray import local_ray
+from tests.support.write import rows_file, written
 
 
 @pytest.fixture(scope="module")
@@ -30,21 +31,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A local Ray instance with 2 CPUs, shut down after the module's tests; yields its address."""
     for ray in local_ray(tmp_path_factory):
         yield ray.get_runtime_context().gcs_address
-
-
-def rows_file(path: Path, count: int) -> Path:
-    lines = [json.dumps({"n": number, "text": "word " * (number % 7)}) for number in range(count)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def written(out: Path) -> dict[str, bytes]:
-    """Every file of the dataset but the random index.uuid, by path."""
-    return {
-        str(path.relative_to(out)): path.read_bytes()
-        for path in sorted(out.rglob("*"))
-        if path.is_file() and path.name != "index.uuid"
-    }
 
 
 def test_ray_writes_the_bytes_one_process_writes(cluster: str, tmp_path: Path) -> None:
@@ -255,7 +241,7 @@ def test_a_ray_worker_killed_mid_write_is_retried_and_the_output_is_the_same(
 
 
 def test_ray_resumes_what_a_local_run_finished(cluster: str, tmp_path: Path) -> None:
-    from tests.write.test_resume import failed_write, rows_file
+    from tests.write.test_resume import failed_write
 
     good, bad, out = failed_write(tmp_path)  # on this machine, with --resume
     rows_file(bad, 300)

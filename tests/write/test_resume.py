@@ -4,7 +4,6 @@ clean run writes; what changed since is redone, and the checkpoint is gone once 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,22 +17,7 @@ from prep.errors import PrepError
 from prep.index.checkpoint import RESUME_DIR
 from prep.write import BadInputError, open_sources, write_dataset
 from tests.support.prepare import REPO, run_shardprep
-
-
-def rows_file(path: Path, count: int, text: str = "word") -> Path:
-    with open(path, "w") as file:
-        for number in range(count):
-            file.write(json.dumps({"n": number, "text": f"{text} " * (number % 11)}) + "\n")
-    return path
-
-
-def written(out: Path) -> dict[str, bytes]:
-    """Every file of the dataset but the random index.uuid, by path."""
-    return {
-        str(path.relative_to(out)): path.read_bytes()
-        for path in sorted(out.rglob("*"))
-        if path.is_file() and path.name != "index.uuid"
-    }
+from tests.support.write import rows_file, written
 
 
 def reused(stdout: str) -> tuple[int, int]:
