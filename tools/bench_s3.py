@@ -19,6 +19,12 @@ figures compare the two tools under the same server, they do not predict S3's ab
 
     python -m tools.bench_s3
     python -m tools.bench_s3 --text-shards 20 --text-samples-per-shard 5000 --datasets text,big
+    python -m tools.bench_s3 --energon skip --num-workers 1   # shardprep alone, scanning in threads
+
+moto reads an object's whole value for every ranged GET (then slices it), so a small read of a big object
+costs it about 0.1 ms per MB of the object on top of its ~4 ms per request; a real S3 answers a ranged GET
+in time independent of the object's size, but after 10-30 ms, so walking big members' headers costs more
+there, and reading shards whole relatively less.
 """
 
 from __future__ import annotations
@@ -86,9 +92,10 @@ def shards_size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*.tar"))
 
 
-def prepare(tool: str, address: str, env: dict[str, str]) -> float:
+def prepare(tool: str, address: str, env: dict[str, str], workers: int | None = None) -> float:
     command = (
         [sys.executable, "-m", "prep", "prepare", address, *FLAGS]
+        + (["--num-workers", str(workers)] if workers else [])
         if tool == "shardprep"
         else [energon_executable(), "prepare", address, *FLAGS]
     )
@@ -125,6 +132,7 @@ def bench_dataset(
     env: dict,
     scratch: Path,
     tools: list[str],
+    workers: int | None = None,
 ) -> list[Run]:
     size = shards_size(folder)
     runs = []
@@ -132,7 +140,7 @@ def bench_dataset(
         prefix = f"{name}-{tool}"
         server.upload_folder(folder, BUCKET, prefix)
         relay.relayed = 0
-        seconds = prepare(tool, f"msc://{PROFILE}/{prefix}", env)
+        seconds = prepare(tool, f"msc://{PROFILE}/{prefix}", env, workers)
         runs.append(Run(tool, name, samples, size, seconds, relay.relayed))
         print(
             f"  {name:5s} {tool:9s} {seconds:8.2f} s  {samples / seconds:12,.0f} samples/s"
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-samples-per-shard", type=int, default=40)
     parser.add_argument("--big-bytes", type=int, default=512 * 1024)
     parser.add_argument("--energon", choices=["run", "skip"], default="run")
+    parser.add_argument("--num-workers", type=int, help="shardprep's --num-workers (default: its own)")
     parser.add_argument("--cache", type=Path, default=bench_datasets.DEFAULT_ROOT)
     args = parser.parse_args(argv)
     load = os.getloadavg()
@@ -211,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"unknown dataset {name!r}; choose from text, docs, big")
             shards = len(list(folder.rglob("*.tar")))
             print(f"{name}: {samples:,} samples in {shards} shards, {parts} per sample", flush=True)
-            runs += bench_dataset(name, folder, samples, server, relay, env, scratch, tools)
+            runs += bench_dataset(name, folder, samples, server, relay, env, scratch, tools, args.num_workers)
         print("\ndataset   shardprep samples/s   energon samples/s   ratio   bytes read: shardprep / energon")
         for name in args.datasets.split(","):
             ours = next(run for run in runs if run.dataset == name and run.tool == "shardprep")

@@ -7,8 +7,10 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    copied into a local folder under `--tmp-path`, so the wizard, `--tar-index-only` and a kept
    dataset.yaml work as for a local dataset;
 2. each shard's headers walked by ranged GETs (`shard_rows_from_bucket`: `prep.storage.ranged` under
-   `prep.tar.scan.RangedHeaderWalker`), in threads; a shard of small members is read whole instead and
-   takes the vectorised scan;
+   `prep.tar.scan.RangedHeaderWalker`); a shard of small members is read whole instead and takes the
+   vectorised scan. The walk waits on the network and then on the GIL, so shards go in batches to
+   `--num-workers` processes (`prep.processes.ordered_map`), each scanning its batch in a few threads
+   with a client of its own; a small run, or one worker, stays in this process's threads;
 3. the index built and committed in the local folder, exactly as a local prepare builds it;
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from prep.index.group import walked_rows
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
+from prep.processes import ordered_map
 from prep.storage.address import ObjectAddress, parse_address
 from prep.storage.ranged import RangedObject
 from prep.storage.store import ObjectInfo, ObjectStore, open_store
@@ -39,8 +42,17 @@ from prep.storage.upload import upload_dataset
 from prep.tar.fields import BLOCK
 from prep.tar.scan import HeaderWalker, RangedHeaderWalker, check_not_compressed
 
-#: Shards scanned at once (I/O-bound threads; a shard of small members is held whole while scanned).
+#: Shards scanned at once in one process (I/O-bound threads; a shard of small members is held whole
+#: while scanned).
 SCAN_THREADS = 8
+#: Threads in each worker process, which is also the shards in each of its batches.
+WORKER_THREADS = 4
+#: Shards smaller than this in all are scanned in this process's threads, where they go quicker: the
+#: workers pay for their own clients and for sending rows back (measured on moto: 49 and 53 MB of shards
+#: went 20% quicker in threads, 205 and 489 MB 13% quicker in 2 workers).
+MIN_BYTES_FOR_WORKERS = 128 * 1024 * 1024
+#: A shard to scan: (name, size, or None if the bucket does not have it, tar_file_id).
+ScanJob = tuple[str, "int | None", int]
 
 
 def shard_rows_from_bucket(
@@ -89,26 +101,52 @@ class BucketShards:
         return shards
 
     def scan(self, tasks: list[ShardTask], workers: int) -> Iterator[ShardRows | ShardError]:
-        with ThreadPoolExecutor(max(1, min(SCAN_THREADS, len(tasks))), "shardprep-scan") as pool:
-            futures = [pool.submit(self._scan_one, shard, tar_file_id) for _, shard, tar_file_id, _ in tasks]
-            try:
-                for future in futures:
-                    yield future.result()
-            finally:
-                for future in futures:
-                    future.cancel()
-
-    def _scan_one(self, shard: str, tar_file_id: int) -> ShardRows | ShardError:
-        info = self.objects.get(shard)
-        if info is None:
-            return ShardError(shard, f"is not in {self.store.address} (listed in .info.json, but missing).")
-        try:
-            return shard_rows_from_bucket(self.store, shard, info.size, tar_file_id)
-        except ShardError as error:
-            return error
+        jobs: list[ScanJob] = []
+        for _, shard, tar_file_id, _ in tasks:
+            info = self.objects.get(shard)
+            jobs.append((shard, None if info is None else info.size, tar_file_id))
+        total = sum(size or 0 for _, size, _ in jobs)
+        if workers <= 1 or len(jobs) <= WORKER_THREADS or total < MIN_BYTES_FOR_WORKERS:
+            yield from _scanned_in_threads(self.store, jobs, SCAN_THREADS)
+            return
+        batches = [(self.store, jobs[at : at + WORKER_THREADS]) for at in range(0, len(jobs), WORKER_THREADS)]
+        what = f"scanning shards in {self.store.address}"
+        for results in ordered_map(
+            _scan_batch, batches, min(workers, len(batches)), what=what, preload="prep.tar.scan"
+        ):
+            yield from results
 
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         return self.store.read(shard, offset, size)
+
+
+def _scanned_in_threads(
+    store: ObjectStore, jobs: Sequence[ScanJob], threads: int
+) -> Iterator[ShardRows | ShardError]:
+    """Each job's rows (or ShardError), in job order, scanned in up to `threads` threads of this process;
+    a StorageError (the bucket unreachable for good) is raised, and the jobs not started are dropped."""
+    with ThreadPoolExecutor(max(1, min(threads, len(jobs))), "shardprep-scan") as pool:
+        futures = [pool.submit(_scan_one, store, *job) for job in jobs]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+def _scan_batch(store: ObjectStore, jobs: Sequence[ScanJob]) -> list[ShardRows | ShardError]:
+    """A worker process's task: a batch of shards scanned in its threads, one shard each."""
+    return list(_scanned_in_threads(store, jobs, len(jobs)))
+
+
+def _scan_one(store: ObjectStore, shard: str, size: int | None, tar_file_id: int) -> ShardRows | ShardError:
+    if size is None:
+        return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
+    try:
+        return shard_rows_from_bucket(store, shard, size, tar_file_id)
+    except ShardError as error:
+        return error
 
 
 def prepare_remote(
@@ -137,7 +175,9 @@ def prepare_remote(
             " in place; fix a local copy and upload it."
         )
     if options.engine != "local":
-        raise PrepError("--engine ray is for local datasets; a bucket dataset is scanned in threads here.")
+        raise PrepError(
+            "--engine ray is for local datasets; a bucket dataset is scanned by this machine's processes."
+        )
     store = store or open_store(address)
     source = BucketShards(store)
     if tmp_path is not None:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from prep.prepare import remote
 from prep.prepare.remote import prepare_remote
 from prep.prepare.run import PrepareOptions
 from prep.storage.address import parse_address
@@ -19,12 +20,15 @@ from tests.support.s3 import Outage
 from tests.support.shards import sample_members, write_tarfile
 
 SHARDS = 24
-OPTIONS = PrepareOptions(split_ratio="8,1,1", sample_type="CrudeWebdataset")
+OPTIONS = PrepareOptions(split_ratio="8,1,1", sample_type="CrudeWebdataset", num_workers=2)
 
 
-@pytest.fixture
-def outage(s3, tmp_path, monkeypatch):
-    """A bucket dataset of shards of big members (so many ranged GETs), reached through a relay."""
+@pytest.fixture(params=["threads", "workers"])
+def outage(s3, tmp_path, monkeypatch, request):
+    """A bucket dataset of shards of big members (so many ranged GETs), reached through a relay, scanned
+    in this process's threads or in two worker processes."""
+    if request.param == "workers":
+        monkeypatch.setattr(remote, "MIN_BYTES_FOR_WORKERS", 0)
     local = tmp_path / "local"
     parts = {"bin": b"\x02" * 400_000, "json": b'{"i": %d}'}
     for shard in range(SHARDS):

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from prep.prepare.remote import shard_rows_from_bucket
+from prep.errors import PrepError
+from prep.prepare import remote
+from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
+from prep.prepare.run import PrepareOptions
 from prep.storage.address import parse_address
 from prep.storage.store import open_store
 from tests.support.prepare import prepared_outputs, run_shardprep, twin
@@ -98,3 +101,36 @@ def test_a_prepared_bucket_dataset_is_kept_unless_forced_and_tar_index_only_keep
     assert s3.client().get_object(Bucket=bucket, Key="ds/.nv-meta/split.yaml")["Body"].read() == split
     refused = run_shardprep("prepare", address, *FLAGS, "--force-overwrite", "--resume")
     assert refused.returncode != 0 and "--resume is for local datasets" in refused.stderr
+
+
+@pytest.fixture
+def in_workers(monkeypatch):
+    """Every bucket scan in worker processes, two shards per batch, however small the dataset."""
+    monkeypatch.setattr(remote, "MIN_BYTES_FOR_WORKERS", 0)
+    monkeypatch.setattr(remote, "WORKER_THREADS", 2)
+    return PrepareOptions(split_ratio="8,1,1", sample_type="CrudeWebdataset", num_workers=2)
+
+
+def test_worker_processes_write_what_a_local_prepare_writes(s3, bucket_dataset, in_workers, tmp_path):
+    local, bucket = bucket_dataset
+    counts = prepare_remote(f"s3://{bucket}/ds", in_workers)
+    assert counts is not None
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "ds", fetched)
+    ours = twin(local, "reference")
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    assert prepared_outputs(fetched) == prepared_outputs(ours)
+
+
+def test_a_bad_shard_in_a_worker_is_named_as_locally(s3, in_workers, tmp_path):
+    s3.make_bucket("broken-workers")
+    source = tmp_path / "src"
+    for shard in range(4):
+        write_tarfile(source / f"s{shard}.tar", sample_members(f"s{shard}-", 5))
+    (source / "s2.tar").write_bytes((source / "s2.tar").read_bytes()[:2000])
+    s3.upload_folder(source, "broken-workers", "ds")
+    with pytest.raises(PrepError) as raised:
+        prepare_remote("s3://broken-workers/ds", in_workers)
+    local = run_shardprep("prepare", str(source), *FLAGS)
+    assert "s2.tar at byte" in str(raised.value) and str(raised.value) in local.stderr
+    assert len(s3.keys("broken-workers")) == 4, "a failed prepare wrote to the bucket"

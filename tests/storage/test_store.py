@@ -3,14 +3,17 @@ uploads in one piece and in parts, deletes, and a clear error once retries run o
 
 from __future__ import annotations
 
+import os
+import pickle
 import sys
 import time
 
 import pytest
 
 from prep.errors import PrepError
+from prep.processes import in_child
 from prep.storage.address import parse_address
-from prep.storage.store import RetryPolicy, StorageError, open_store
+from prep.storage.store import _CLIENTS, ObjectStore, RetryPolicy, StorageError, open_store
 
 
 def test_objects_are_listed_read_by_range_written_and_deleted(s3, tmp_path):
@@ -72,3 +75,20 @@ def test_missing_extra_is_one_line_naming_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "botocore", None)  # as if the s3 extra were not installed
     with pytest.raises(PrepError, match=r"shardprep\[s3\]"):
         open_store(parse_address("s3://bucket/ds"))
+
+
+def _read_here(store: ObjectStore) -> tuple[int, list[int], bytes]:
+    data = store.read("x.bin", 2, 3)
+    return os.getpid(), [pid for pid, spec in _CLIENTS if spec == store.spec], data
+
+
+def test_a_store_sent_to_a_forked_worker_makes_its_own_client(s3):
+    s3.make_bucket("forked")
+    store = open_store(parse_address("s3://forked/ds"), retry=RetryPolicy(attempts=2))
+    store.put("x.bin", b"0123456789")
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.retry == store.retry and copy.spec == store.spec and "client" not in vars(copy)
+    child, pids, data = in_child(_read_here, store, what="reading in a child")
+    assert data == b"234" and child != os.getpid()
+    assert child in pids and os.getpid() in pids, "the child used its parent's client"
+    assert store.read("x.bin", 0, 2) == b"01"  # the parent's client still works after the fork
