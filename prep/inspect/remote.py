@@ -16,8 +16,6 @@ sparse file of the shard's size, so the local commands run on it unchanged:
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,8 +30,9 @@ from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, TAR_INDEX_ENTRY, t
 from prep.index.meta import read_shard_counts
 from prep.index.sqlite import PartLocation
 from prep.inspect.verify import Problem, VerifyReport, verify_dataset
-from prep.storage.address import ObjectAddress, parse_address
+from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
+from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
 from prep.tar.fields import BLOCK
 from prep.tar.scan import RangedHeaderWalker
@@ -65,21 +64,10 @@ def remote_mirror(
     store: ObjectStore | None = None,
 ) -> Iterator[tuple[Path, ObjectStore]]:
     """(mirror folder, store) of the prepared dataset at `address`, its shards filled as `fill` says."""
-    if isinstance(address, str):
-        parsed = parse_address(address)
-        if parsed is None:
-            raise PrepError(f"{address} is not an s3:// or msc:// address.")
-        address = parsed
-    store = store or open_store(address)
-    if tmp_path is not None:
-        Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="shardprep-mirror-", dir=tmp_path))
-    try:
-        root = work / "dataset"
+    store = store or open_store(require_address(address))
+    with scratch_folder(tmp_path, "mirror") as root:
         _mirror(store, root, fill)
         yield root, store
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
@@ -115,9 +103,6 @@ def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: s
     """The shard as a sparse file of its size, with the bytes `fill` asks for at their places."""
     path = root / shard
     path.parent.mkdir(parents=True, exist_ok=True)
-    if fill == "whole":
-        path.write_bytes(store.get(shard))
-        return
     with open(path, "wb") as file:
         file.truncate(size)
         if fill == "none" or size == 0:
@@ -129,16 +114,22 @@ def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: s
             os.pwrite(fd, data, offset)
             return data
 
-        reader = RangedObject(fetch, size)
+        def fetch_whole() -> None:  # a window at a time: memory stays bounded, whatever the shard's size
+            for offset in range(0, size, MAX_WINDOW):
+                fetch(offset, min(MAX_WINDOW, size - offset))
+
+        if fill == "whole":
+            fetch_whole()
+            return
+        reader = RangedObject(fetch, size, name=shard)
         walker = RangedHeaderWalker(shard, reader)
         if walker.mostly_small_members():
-            reader.whole()  # small members: the whole shard costs about what walking it would
+            fetch_whole()  # small members: the whole shard costs about what walking it would
             return
         try:
             walker.scan()
         except PrepError:  # a damaged shard: mirrored whole, so verify sees what a local verify sees
-            for offset in range(0, size, MAX_WINDOW):
-                fetch(offset, min(MAX_WINDOW, size - offset))
+            fetch_whole()
             return
         visited = set(walker.header_offsets)
         for offset in _indexed_header_offsets(root, shard):  # a stale index may point elsewhere

@@ -14,7 +14,9 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
 3. the index built and committed in the local folder, exactly as a local prepare builds it;
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
-   half-written index. A failure before the upload leaves the bucket as it was.
+   half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
+   in the upload leaves a dataset energon calls not prepared, never a mixed one. A failure before the
+   upload leaves the bucket as it was.
 
 Nothing locks the bucket: the local lock covers only the folder under `--tmp-path`, so two prepares of
 one bucket dataset at once are the user's to avoid.
@@ -22,8 +24,6 @@ one bucket dataset at once are the user's to avoid.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,8 +35,9 @@ from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
 from prep.processes import ordered_map
-from prep.storage.address import ObjectAddress, parse_address
+from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import RangedObject
+from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, open_store
 from prep.storage.upload import upload_dataset
 from prep.tar.fields import BLOCK
@@ -45,6 +46,10 @@ from prep.tar.scan import HeaderWalker, RangedHeaderWalker, check_not_compressed
 #: Shards scanned at once in one process (I/O-bound threads; a shard of small members is held whole
 #: while scanned).
 SCAN_THREADS = 8
+#: A shard of small members up to this size is read whole (one request, the vectorised scan); a bigger
+#: one is walked by ranged reads all the same, which read it through a window of bounded size: the memory
+#: a scan holds stays this times the threads, whatever the shards' size.
+WHOLE_SHARD_BYTES = 32 * 1024 * 1024
 #: Threads in each worker process, which is also the shards in each of its batches.
 WORKER_THREADS = 4
 #: Shards smaller than this in all are scanned in this process's threads, where they go quicker: the
@@ -60,11 +65,12 @@ def shard_rows_from_bucket(
 ) -> ShardRows:
     """One shard's index rows, read from the bucket as a local prepare reads them from a file; ShardError
     as there. The bytes fetched are added to `fetched[0]` if given."""
-    reader = RangedObject(lambda offset, length: store.read(shard, offset, length), size)
+    reader = RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
     try:
         check_not_compressed(shard, reader[:BLOCK])
         ranged = RangedHeaderWalker(shard, reader)
-        walker = HeaderWalker(shard, reader.whole()) if ranged.mostly_small_members() else ranged
+        small = size <= WHOLE_SHARD_BYTES and ranged.mostly_small_members()
+        walker = HeaderWalker(shard, reader.whole()) if small else ranged
         return walked_rows(walker, shard, tar_file_id)
     finally:
         if fetched is not None:
@@ -160,11 +166,7 @@ def prepare_remote(
 ) -> dict[str, int] | None:
     """Prepare the dataset at a bucket address, building its index under `tmp_path` (a temporary folder
     by default, removed afterwards) and uploading it; the shard counts, or None if the wizard declined."""
-    if isinstance(address, str):
-        parsed = parse_address(address)
-        if parsed is None:
-            raise PrepError(f"{address} is not an s3:// or msc:// address.")
-        address = parsed
+    address = require_address(address)
     if options.resume:
         raise PrepError("--resume is for local datasets; a bucket dataset is prepared in one run.")
     if options.media_filter is not None:
@@ -180,12 +182,7 @@ def prepare_remote(
         )
     store = store or open_store(address)
     source = BucketShards(store)
-    if tmp_path is not None:
-        Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="shardprep-remote-", dir=tmp_path))
-    try:
-        root = work / "dataset"
-        root.mkdir()
+    with scratch_folder(tmp_path, "prepare") as root:
         _copy_existing_meta(source, root)
         shard_counts = prepare(root, options, wizard, progress, source=source)
         if shard_counts is not None:
@@ -193,8 +190,6 @@ def prepare_remote(
             built += [f"{META_DIR}/{path.name}" for path in (root / META_DIR).iterdir() if path.is_file()]
             upload_dataset(store, root, built)
         return shard_counts
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _copy_existing_meta(source: BucketShards, root: Path) -> None:

@@ -53,3 +53,13 @@ def parse_address(text: str) -> ObjectAddress | None:
         what = "bucket" if scheme == "s3" else "profile"
         raise PrepError(f"{text} names no {what}: write it as {scheme}://{what.upper()}/PATH.")
     return ObjectAddress(scheme, authority, prefix.strip("/"))
+
+
+def require_address(address: str | ObjectAddress) -> ObjectAddress:
+    """`address` parsed; a PrepError if it is not an `s3://` or `msc://` address."""
+    if isinstance(address, ObjectAddress):
+        return address
+    parsed = parse_address(address)
+    if parsed is None:
+        raise PrepError(f"{address} is not an s3:// or msc:// address.")
+    return parsed

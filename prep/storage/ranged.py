@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from prep.storage.store import StorageError
+
 #: The first read at a place the walk skips to: a header, a PAX or long-name record and some slack.
 FIRST_WINDOW = 4 * 1024
 #: Bytes worth reading through rather than skipping with another request (a request's latency, ~20 ms,
@@ -44,8 +46,11 @@ class RangedObject:
         max_window: int = MAX_WINDOW,
         align: int = 512,
         read_through: int = READ_THROUGH,
+        name: str = "the object",
     ) -> None:
         self._fetch = fetch
+        #: What to call the object in an error.
+        self.name = name
         self.size = size
         self.first_window = window
         self.max_window = max(max_window, window)
@@ -104,4 +109,10 @@ class RangedObject:
         data = self._fetch(offset, length)
         self.fetched += len(data)
         self.requests += 1
+        if len(data) != length:  # replaced or cut between the listing and this read
+            raise StorageError(
+                f"{self.name} changed while it was read: it was listed at {self.size:,} bytes, but a read"
+                f" of {length:,} bytes at byte {offset:,} gave {len(data):,}. Run again once the bucket is"
+                " no longer being written."
+            )
         return data

@@ -1,7 +1,9 @@
 """`write ... s3://bucket/out` (or `msc://profile/out`): the dataset written under `--tmp-path` by the local
 write, as it is, then uploaded (`prep.storage.upload`): shards first (in parts when big), the `.tar.idx`
 files next, `.nv-meta` with its `.info.json` last, so the bucket shows no new index before all of it is
-there. A failure before the upload leaves the bucket as it was.
+there (with `--overwrite`, the old `.info.json` is withdrawn before the first upload: a failure in the
+upload leaves a dataset energon calls not prepared, never a mixed one). A failure before the upload
+leaves the bucket as it was.
 
 The prefix must hold no objects, unless `--overwrite`: then what the new dataset does not replace is
 deleted once it is whole. Nothing locks the bucket (the local lock covers only the folder under
@@ -11,13 +13,12 @@ deleted once it is whole. Nothing locks the bucket (the local lock covers only t
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.storage.address import parse_address
+from prep.storage.address import require_address
+from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
 from prep.storage.upload import upload_dataset
 from prep.write.options import WriteOptions
@@ -38,9 +39,7 @@ def write_remote(
     store: ObjectStore | None = None,
 ) -> WriteSummary:
     """Write `sources` as a prepared dataset at the bucket `address`; the summary names the address."""
-    parsed = parse_address(address)
-    if parsed is None:
-        raise PrepError(f"{address} is not an s3:// or msc:// address.")
+    parsed = require_address(address)
     if options.resume:
         raise PrepError("--resume is for a local OUT_DIR; a bucket dataset is written in one run.")
     store = store or open_store(parsed)
@@ -50,11 +49,7 @@ def write_remote(
             f"{address} is not empty ({len(existing)} objects, e.g. {existing[0]}). Give a new prefix, or"
             " --overwrite to replace what is there."
         )
-    if tmp_path is not None:
-        Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="shardprep-write-", dir=tmp_path))
-    try:
-        out_dir = work / "dataset"
+    with scratch_folder(tmp_path, "write") as out_dir:
         summary = write(sources, out_dir, options, progress)
         built = sorted(
             path.relative_to(out_dir).as_posix()
@@ -65,8 +60,6 @@ def write_remote(
         for stale in sorted(set(existing) - set(built)):
             store.delete(stale)
         return _named(summary, out_dir, address)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _named(summary: WriteSummary, out_dir: Path, address: str) -> WriteSummary:

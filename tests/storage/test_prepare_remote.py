@@ -59,6 +59,22 @@ def test_big_members_cost_only_their_headers(s3, bucket_dataset):
     assert small[0] <= text_size * 1.1, "a shard of small members costs about its size"
 
 
+def test_a_shard_of_small_then_big_members_is_not_read_whole(s3, tmp_path, monkeypatch):
+    """Small first members make a shard look cheap to read whole; past WHOLE_SHARD_BYTES it is walked by
+    ranged reads all the same, so neither memory nor bytes read grow with its big members."""
+    monkeypatch.setattr(remote, "WHOLE_SHARD_BYTES", 1 << 20)
+    members = sample_members("a-", 16) + sample_members("b-", 4, {"bin": b"\x01" * 2_000_000})
+    write_tarfile(tmp_path / "src" / "mixed.tar", members)
+    s3.make_bucket("mixed")
+    s3.upload_folder(tmp_path / "src", "mixed", "ds")
+    store = open_store(parse_address("s3://mixed/ds"))
+    size = next(info.size for info in store.list() if info.name == "mixed.tar")
+    fetched = [0]
+    rows = shard_rows_from_bucket(store, "mixed.tar", size, 0, fetched)
+    assert rows.count == 20
+    assert fetched[0] < size * 0.1, f"{fetched[0]} of {size} bytes read"
+
+
 def test_shard_errors_name_the_shard_and_offset_as_locally(s3, tmp_path):
     s3.make_bucket("broken")
     good = write_tarfile(tmp_path / "src" / "good.tar", sample_members("g-", 5))

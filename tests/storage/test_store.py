@@ -92,3 +92,14 @@ def test_a_store_sent_to_a_forked_worker_makes_its_own_client(s3):
     assert data == b"234" and child != os.getpid()
     assert child in pids and os.getpid() in pids, "the child used its parent's client"
     assert store.read("x.bin", 0, 2) == b"01"  # the parent's client still works after the fork
+
+
+def test_an_object_shorter_than_its_listing_is_a_clear_error() -> None:
+    """Replaced or cut between the listing and the read: a StorageError naming it, not an IndexError."""
+    from prep.storage.ranged import RangedObject
+    from prep.storage.store import StorageError
+
+    data = bytes(1000)
+    shard = RangedObject(lambda offset, length: data[offset : offset + length], 2000, name="s.tar")
+    with pytest.raises(StorageError, match=r"s\.tar changed while it was read: it was listed at 2,000 bytes"):
+        shard[1500:1512]
