@@ -79,7 +79,7 @@ class Checkpoint:
 
     def save(self, name: str, key: object, result: object, files: dict[str, Path] | None = None) -> None:
         """Keep `result` (and a hard link to each of `files`, by suffix) as entry `name` under `key`."""
-        self.folder.mkdir(exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         record = self.file(name, ".record")
         record.unlink(missing_ok=True)  # an entry being replaced is invalid until its new record is in
         for suffix, path in (files or {}).items():

@@ -24,6 +24,9 @@ one bucket dataset at once are the user's to avoid.
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +36,7 @@ from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_
 from prep.index.group import walked_rows
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
+from prep.prepare.resume import FORMAT, ShardCheckpoint
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
 from prep.processes import ordered_map
 from prep.storage.address import ObjectAddress, require_address
@@ -78,11 +82,13 @@ def shard_rows_from_bucket(
 
 
 class BucketShards:
-    """The shards of a dataset in a bucket: a `prep.prepare.run.ShardSource`."""
+    """The shards of a dataset in a bucket: a `prep.prepare.run.ShardSource`. `--resume` keeps their rows
+    in `resume_folder`, a local folder that stays the same for the same address and `--tmp-path`."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, resume_folder: Path | None = None) -> None:
         self.store = store
         self.objects: dict[str, ObjectInfo] = {}
+        self.resume_folder = resume_folder or resume_folder_for(store.address, None)
 
     def list_objects(self) -> list[ObjectInfo]:
         listed = self.store.list()
@@ -124,6 +130,29 @@ class BucketShards:
 
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         return self.store.read(shard, offset, size)
+
+    def checkpoint(self) -> ShardCheckpoint:
+        """The shards' rows kept in `resume_folder`, each keyed by the shard's size and ETag as listed."""
+
+        def key(shard: str) -> tuple[int, str, int, int | str]:
+            info = self.objects.get(shard)
+            if info is None:
+                raise FileNotFoundError(shard)  # the scan says what is wrong with it
+            return (FORMAT, shard, info.size, info.etag)
+
+        return ShardCheckpoint(self.resume_folder, kept_in=self.resume_folder, key=key)
+
+
+def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None) -> Path:
+    """Where `--resume` keeps the rows of a bucket dataset's shards: a folder under `tmp_path` (the
+    system's temporary folder by default) named by the address, so a rerun with the same arguments finds it.
+
+    >>> from prep.storage.address import parse_address
+    >>> resume_folder_for(parse_address("s3://b/ds"), "/scratch").name
+    'shardprep-resume-cc99de96d5c49b13'
+    """
+    digest = hashlib.sha256(str(address).encode()).hexdigest()[:16]
+    return Path(tmp_path or tempfile.gettempdir()) / f"shardprep-resume-{digest}"
 
 
 def _scanned_in_threads(
@@ -167,8 +196,6 @@ def prepare_remote(
     """Prepare the dataset at a bucket address, building its index under `tmp_path` (a temporary folder
     by default, removed afterwards) and uploading it; the shard counts, or None if the wizard declined."""
     address = require_address(address)
-    if options.resume:
-        raise PrepError("--resume is for local datasets; a bucket dataset is prepared in one run.")
     if options.media_filter is not None:
         raise PrepError("--media-metadata-by-... is for local datasets; run it on a local copy.")
     if options.fix_duplicates:
@@ -181,7 +208,7 @@ def prepare_remote(
             "--engine ray is for local datasets; a bucket dataset is scanned by this machine's processes."
         )
     store = store or open_store(address)
-    source = BucketShards(store)
+    source = BucketShards(store, resume_folder_for(address, tmp_path))
     with scratch_folder(tmp_path, "prepare") as root:
         _copy_existing_meta(source, root)
         shard_counts = prepare(root, options, wizard, progress, source=source)
@@ -189,6 +216,8 @@ def prepare_remote(
             built = [tar_index_name(shard) for shard in shard_counts]
             built += [f"{META_DIR}/{path.name}" for path in (root / META_DIR).iterdir() if path.is_file()]
             upload_dataset(store, root, built)
+            source.checkpoint().remove()  # what an interrupted run kept is for an index now uploaded
+            shutil.rmtree(source.resume_folder, ignore_errors=True)
         return shard_counts
 
 

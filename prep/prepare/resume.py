@@ -7,11 +7,13 @@ after an interruption (Ctrl-C, a bad shard, SIGKILL) scans only the shards it ha
     checkpoint.remove()                          # once the new index is in place
 
 One entry of `prep.index.checkpoint` per shard, named by the shard's path, keyed by its size and
-modification time when it was scanned, holding its `ShardRows`: a shard changed since is scanned again.
+modification time when it was scanned (a shard in a bucket: its size and ETag, `prep.prepare.remote`),
+holding its `ShardRows`: a shard changed since is scanned again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from prep.index.checkpoint import RESUME_DIR, Checkpoint
@@ -26,11 +28,15 @@ Key = tuple[int, str, int, int]
 
 
 class ShardCheckpoint:
-    """The rows of finished shards of dataset `root`, saved by an earlier (or this) run."""
+    """The rows of finished shards of dataset `root`, saved by an earlier (or this) run: in `root`, or in
+    `kept_in` with each shard's key from `key` (for shards that are not files below `root`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, *, kept_in: Path | None = None, key: Callable[[str], Key] | None = None
+    ) -> None:
         self.root = root
-        self.saved = Checkpoint(root)
+        self.saved = Checkpoint(root if kept_in is None else kept_in)
+        self._key_of = key
         self.folder = self.saved.folder
         #: Each shard's key, taken before any is scanned: a shard changed during the run is saved under
         #: its old key, and so scanned again by the next run.
@@ -39,6 +45,8 @@ class ShardCheckpoint:
         self.reusable: set[int] = set()
 
     def _key(self, shard: str) -> Key:
+        if self._key_of is not None:
+            return self._key_of(shard)
         info = (self.root / shard).stat()
         return (FORMAT, shard, info.st_size, info.st_mtime_ns)
 

@@ -127,6 +127,9 @@ class ShardSource(Protocol):
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         """`size` bytes of `shard` from `offset` (for the wizard's preview)."""
 
+    def checkpoint(self) -> ShardCheckpoint:
+        """Where `--resume` keeps the shards' rows, and what says a shard is unchanged."""
+
 
 @dataclass(frozen=True)
 class PrepareOptions:
@@ -355,8 +358,9 @@ def _prepare_locked(
         fix_duplicates(root, shards, options.num_workers, wizard.fixing_duplicates)
     else:
         refuse_unfinished_fix(root)
-    checkpoint = ShardCheckpoint(root) if options.resume else None
-    if checkpoint is not None:
+    checkpoint = None
+    if options.resume:
+        checkpoint = ShardCheckpoint(root) if source is None else source.checkpoint()
         wizard.shards_reused(len(checkpoint.check(shards)), len(shards))
     with stage_index(
         root,
@@ -385,7 +389,8 @@ def _prepare_locked(
                 if definition.sample_loader is not None:
                     staged.write_meta(SAMPLE_LOADER_PY, definition.sample_loader)
         staged.commit()
-    ShardCheckpoint(root).remove()  # what an interrupted run kept is for an index now replaced
+    if source is None:  # (a bucket's is removed once the index is uploaded)
+        ShardCheckpoint(root).remove()  # what an interrupted run kept is for an index now replaced
     return staged.shard_counts
 
 

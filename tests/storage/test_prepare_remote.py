@@ -115,8 +115,32 @@ def test_a_prepared_bucket_dataset_is_kept_unless_forced_and_tar_index_only_keep
     assert again.returncode != 0 and "already been prepared" in again.stderr
     run_shardprep("prepare", address, "--tar-index-only", "--non-interactive", "--no-progress", check=True)
     assert s3.client().get_object(Bucket=bucket, Key="ds/.nv-meta/split.yaml")["Body"].read() == split
-    refused = run_shardprep("prepare", address, *FLAGS, "--force-overwrite", "--resume")
-    assert refused.returncode != 0 and "--resume is for local datasets" in refused.stderr
+
+
+def test_resume_reuses_the_shards_an_earlier_run_finished_and_redoes_a_changed_one(s3, tmp_path):
+    """A prepare that stopped on a bad shard, rerun with --resume once the shard is replaced: the other
+    shards' rows come from the local checkpoint (keyed by size and ETag), the replaced one is scanned,
+    and the result is what a clean prepare writes."""
+    local = tmp_path / "local"
+    for shard in range(6):
+        write_tarfile(local / f"shard-{shard}.tar", sample_members(f"s{shard}-", 20))
+    good = (local / "shard-4.tar").read_bytes()
+    (local / "shard-4.tar").write_bytes(good[:3000])  # cut inside a member
+    s3.make_bucket("resumed")
+    s3.upload_folder(local, "resumed", "ds")
+    scratch = ["--tmp-path", str(tmp_path / "scratch")]
+    failed = run_shardprep("prepare", "s3://resumed/ds", *FLAGS, "--resume", *scratch)
+    assert failed.returncode != 0 and "shard-4.tar" in failed.stderr
+    (local / "shard-4.tar").write_bytes(good)
+    s3.upload_folder(local, "resumed", "ds")  # the same bytes for the others: the same ETags
+    resumed = run_shardprep("prepare", "s3://resumed/ds", *FLAGS, "--resume", *scratch, check=True)
+    assert "5 of 6 shards were indexed by an earlier run and are reused" in resumed.stdout
+    assert list((tmp_path / "scratch").iterdir()) == [], "the checkpoint stays after the upload"
+    fetched = tmp_path / "fetched"
+    s3.download_prefix("resumed", "ds", fetched)
+    reference = twin(local, "reference")
+    run_shardprep("prepare", str(reference), *FLAGS, check=True)
+    assert prepared_outputs(fetched) == prepared_outputs(reference)
 
 
 @pytest.fixture
