@@ -10,6 +10,9 @@ file names there in its `aux.json` part.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from prep.codecs import EncodeError, codec_for, encoder_for, extension
@@ -48,13 +51,33 @@ def _encode(part: str, value: object, record: Record, allow_pickle: bool) -> byt
     return encoder_for(part, allow_pickle)(value)
 
 
+#: While set (`media_files_read`), every media file a record names is listed here as it is read: what
+#: `write --resume` must check again before it reuses what was made from the record.
+_MEDIA_READ: ContextVar[list[Path] | None] = ContextVar("media_read", default=None)
+
+
+@contextmanager
+def media_files_read() -> Iterator[list[Path]]:
+    """The media files named by path that the records staged inside the block read, in order."""
+    read: list[Path] = []
+    token = _MEDIA_READ.set(read)
+    try:
+        yield read
+    finally:
+        _MEDIA_READ.reset(token)
+
+
 def read_media(value: str, record: Record) -> bytes:
     """The bytes of a media file named in a record, relative to the source's folder."""
     path = Path(value) if record.base is None else record.base / value
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
     except OSError as error:
         raise EncodeError(f"missing media file {value!r} ({error.strerror or error})") from None
+    read = _MEDIA_READ.get()
+    if read is not None:
+        read.append(path)
+    return data
 
 
 def _encoded_parts(source: Source, record: Record, fields: dict, options: WriteOptions) -> Parts:

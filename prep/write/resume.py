@@ -9,8 +9,9 @@ the rest, and writes what a clean run writes.
 
 Entries are `prep.index.checkpoint`'s (prepare keeps its shards' rows the same way), keyed by the options
 that shape the output (all but where and how the work runs), the piece of work itself, and the path,
-size and modification time of its input file (a block) or of every input (a shard): anything changed
-since is redone. Files are kept as hard links of the staged ones, so keeping them costs no copy.
+size and modification time of its input file (a block) or of every input (a shard); a block is also
+redone when a media file its records name by path changed, and so is every shard made from a block
+this run encoded: anything changed since is redone. Files are kept as hard links of the staged ones, so keeping them costs no copy.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from prep.write.segments import AssembleJob, BlockDone
 from prep.write.sources import Source
 
 #: Bumped when what an entry holds changes; entries of another version are not reused.
-FORMAT = 1
+FORMAT = 2
 
 
 def output_options(options: WriteOptions) -> WriteOptions:
@@ -49,6 +50,8 @@ class WriteCheckpoint:
         self.reused_blocks = self.reused_shards = 0
         #: Blocks asked for (`encoded`), reused or not.
         self.blocks = 0
+        #: Segments encoded by this run: a shard made of one is assembled anew.
+        self.fresh_segments: set[str] = set()
 
     def _key(self, block: Block) -> tuple:
         return (FORMAT, self.inputs[block.path], self.options, block)
@@ -69,6 +72,8 @@ class WriteCheckpoint:
         if not self.saved.matches(name, self._key(block)):
             return None
         done: BlockDone = self.saved.load(name)
+        if not _unchanged(done.media_files):  # a media file its records name was changed since
+            return None
         for split, segment in done.segments.items():
             segment.path = str(Path(folder) / Path(segment.path).name)
             segment.rows_path = segment.path + ".rows"
@@ -82,6 +87,7 @@ class WriteCheckpoint:
         for split, segment in done.segments.items():
             files[f".{split}.tar"] = Path(segment.path)
             files[f".{split}.rows"] = Path(segment.rows_path)
+            self.fresh_segments.add(Path(segment.path).name)
         self.saved.save(f"block {number}", self._key(block), done, files)
 
     # -- shards -------------------------------------------------------------------------------------------
@@ -92,6 +98,8 @@ class WriteCheckpoint:
     def assembled(self, job: AssembleJob) -> Any:
         """The shard's (samples, tar size) if an earlier run assembled it, its files put back in place."""
         name = f"shard {job.shard}"
+        if any(Path(piece.segment).name in self.fresh_segments for piece in job.pieces):
+            return None  # made of a block encoded anew (its media changed, say): its bytes may differ
         if not self.saved.matches(name, self._shard_key(job)):
             return None
         for suffix, path in self._files(job).items():
@@ -108,3 +116,11 @@ class WriteCheckpoint:
 
     def remove(self) -> None:
         self.saved.remove()
+
+
+def _unchanged(files: list[tuple[str, int, int]]) -> bool:
+    """Whether every file keyed so (`file_key`) still has that key."""
+    try:
+        return all(file_key(Path(path)) == (path, size, mtime) for path, size, mtime in files)
+    except OSError:
+        return False

@@ -19,19 +19,22 @@ from __future__ import annotations
 import bisect
 import os
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import BinaryIO
 
+from prep.index.checkpoint import file_key
 from prep.index.rows import ShardRows, read_rows_file, write_rows_file, write_tar_index
 from prep.tar.fields import END_OF_ARCHIVE
 from prep.tar.write import HeaderMaker
 from prep.write.blocks import Block, block_records
 from prep.write.keys import Rejected, SampleKeys
 from prep.write.options import WriteOptions
+from prep.write.parts import media_files_read
 from prep.write.shards import ShardFile, ShardLimits, sample_tar_bytes
-from prep.write.sources import Reject
+from prep.write.sources import Record, Reject, Source
 from prep.write.stages import stage_record
 
 #: Bytes read at a time where a range cannot be copied within the kernel.
@@ -72,6 +75,9 @@ class BlockDone:
     #: With --key-column: each record's key and name, in order, for the duplicate check across blocks.
     keys: list[str] | None = None
     wheres: list[str] | None = None
+    #: `prep.index.checkpoint.file_key` of each media file the block's records named by path and read:
+    #: `write --resume` reuses the block only while they are unchanged.
+    media_files: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def encode_block(job: EncodeJob) -> BlockDone:
@@ -87,26 +93,9 @@ def encode_block(job: EncodeJob) -> BlockDone:
     if options.key_column is not None:
         done.keys, done.wheres = [], []
     try:
-        for record in records:
-            if type(record) is Reject:
-                done.reject = (done.records, record.where, record.reason)
-                break
-            try:
-                key, _, split, parts, _ = stage_record(source, record, keys, options)
-            except Rejected as rejected:
-                done.reject = (done.records, record.where, str(rejected))
-                break
-            segment = done.segments.get(split)
-            if segment is None:
-                path = f"{job.folder}/segment-{job.number:06d}-{split}.tar"
-                segment = done.segments[split] = Segment(path, path + ".rows")
-                files[split] = ShardFile(Path(path), "segment", job.headers)
-            segment.estimates.append(sample_tar_bytes(parts))
-            segment.sizes.append(files[split].write(key, parts))
-            if done.keys is not None and done.wheres is not None:
-                done.keys.append(key)
-                done.wheres.append(record.where)
-            done.records += 1
+        with media_files_read() as media_read:
+            _encode_records(job, source, records, keys, files, done)
+        done.media_files = [file_key(path) for path in dict.fromkeys(media_read)]
         for split, file in files.items():
             write_rows_file(Path(done.segments[split].rows_path), file.close())
     except BaseException:
@@ -114,6 +103,38 @@ def encode_block(job: EncodeJob) -> BlockDone:
             file.abort()
         raise
     return done
+
+
+def _encode_records(
+    job: EncodeJob,
+    source: Source,
+    records: Iterable[Record | Reject],
+    keys: SampleKeys,
+    files: dict[str, ShardFile],
+    done: BlockDone,
+) -> None:
+    """Each record of the block into its split's segment, up to the first that cannot be written."""
+    options = job.options
+    for record in records:
+        if type(record) is Reject:
+            done.reject = (done.records, record.where, record.reason)
+            break
+        try:
+            key, _, split, parts, _ = stage_record(source, record, keys, options)
+        except Rejected as rejected:
+            done.reject = (done.records, record.where, str(rejected))
+            break
+        segment = done.segments.get(split)
+        if segment is None:
+            path = f"{job.folder}/segment-{job.number:06d}-{split}.tar"
+            segment = done.segments[split] = Segment(path, path + ".rows")
+            files[split] = ShardFile(Path(path), "segment", job.headers)
+        segment.estimates.append(sample_tar_bytes(parts))
+        segment.sizes.append(files[split].write(key, parts))
+        if done.keys is not None and done.wheres is not None:
+            done.keys.append(key)
+            done.wheres.append(record.where)
+        done.records += 1
 
 
 @dataclass

@@ -4,6 +4,7 @@ clean run writes; what changed since is redone, and the checkpoint is gone once 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -96,3 +97,24 @@ def test_what_cannot_be_written_in_blocks_is_refused_with_resume(tmp_path: Path)
         write_dataset(
             open_sources([rows]), tmp_path / "out", resume=True, group_by="n", group_contiguous=True
         )
+
+
+def test_a_media_file_changed_since_is_read_again(tmp_path: Path, monkeypatch) -> None:
+    """A part given as a path reads that file: a block whose media file changed is encoded again, and
+    so is every shard made from it, though the JSONL itself is unchanged."""
+    from prep.write import blockwise
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 64)
+    (tmp_path / "img0.jpg").write_bytes(b"OLD-IMAGE")
+    rows = [{"n": i, "img": "img0.jpg" if i == 0 else "missing.jpg" if i == 20 else None} for i in range(30)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    options = {"parts": ["n=txt", "img=jpg"], "num_workers": 1, "maxcount": 5}
+    with pytest.raises(PrepError, match="missing media file"):
+        write_dataset(open_sources([source]), tmp_path / "out", resume=True, **options)
+    (tmp_path / "missing.jpg").write_bytes(b"NOW-THERE")
+    (tmp_path / "img0.jpg").write_bytes(b"NEW-IMAGE-BYTES")
+    resumed = write_dataset(open_sources([source]), tmp_path / "out", resume=True, **options)
+    assert resumed.resumed is not None and resumed.resumed[2] > 0  # some blocks were reused
+    write_dataset(open_sources([source]), tmp_path / "clean", **options)
+    assert written(tmp_path / "out") == written(tmp_path / "clean")
