@@ -16,8 +16,10 @@ the work made (hard links, so keeping them costs no copy). An entry is valid onl
 the one the rerun computes: anything changed since is redone. The record is written under a temporary
 name and renamed after its files are in place, so a run killed mid-save leaves no entry that looks
 complete. The folder is hidden (no shard is looked for in it), outlives an aborted run, and is removed by
-the run that puts its result in place. The pickles were written by an earlier run of the same user on
-this dataset, under the dataset lock (`prep.index.lock`).
+the run that puts its result in place. The records are pickles, so a folder is read only if it is
+safe to: made by this user with mode 0700 (`save` makes it so), not a symbolic link, writable by no one
+else; anything else is refused with a message (`trusted`), since a pickle planted by another user would
+run as this one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import os
 import pickle
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +60,25 @@ class Checkpoint:
         """Where entry `name` keeps its file `suffix` (given to `save`)."""
         return Path(f"{self._base(name)}{suffix}")
 
+    def trusted(self) -> bool:
+        """Whether the folder holds entries that can be read: it exists and is this user's alone. A
+        PrepError if it exists but someone else could have written it."""
+        try:
+            info = os.lstat(self.folder)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+            return True
+        raise PrepError(
+            f"{self.folder} is not safe to resume from: it is a link, not this user's, or writable by"
+            " others, and what it holds would run as code when read. Remove it (or give another --tmp-path)"
+            " and run again; everything is then done anew."
+        )
+
     def matches(self, name: str, key: object) -> bool:
         """Whether entry `name` was saved under `key` (its files with it); False if missing or unreadable."""
+        if not self.trusted():
+            return False
         try:
             with open(self.file(name, ".record"), "rb") as file:
                 return bool(pickle.load(file) == key)
@@ -79,7 +99,9 @@ class Checkpoint:
 
     def save(self, name: str, key: object, result: object, files: dict[str, Path] | None = None) -> None:
         """Keep `result` (and a hard link to each of `files`, by suffix) as entry `name` under `key`."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        self.trusted()  # one made by someone else is not written into either
         record = self.file(name, ".record")
         record.unlink(missing_ok=True)  # an entry being replaced is invalid until its new record is in
         for suffix, path in (files or {}).items():

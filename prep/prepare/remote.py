@@ -25,6 +25,7 @@ one bucket dataset at once are the user's to avoid.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -145,14 +146,15 @@ class BucketShards:
 
 def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None) -> Path:
     """Where `--resume` keeps the rows of a bucket dataset's shards: a folder under `tmp_path` (the
-    system's temporary folder by default) named by the address, so a rerun with the same arguments finds it.
+    system's temporary folder by default) named by the user and the address, so a rerun with the same
+    arguments finds it (`prep.index.checkpoint` reads it only if it is this user's alone).
 
     >>> from prep.storage.address import parse_address
-    >>> resume_folder_for(parse_address("s3://b/ds"), "/scratch").name
-    'shardprep-resume-cc99de96d5c49b13'
+    >>> resume_folder_for(parse_address("s3://b/ds"), "/scratch").name == f"shardprep-resume-{os.getuid()}-cc99de96d5c49b13"
+    True
     """
     digest = hashlib.sha256(str(address).encode()).hexdigest()[:16]
-    return Path(tmp_path or tempfile.gettempdir()) / f"shardprep-resume-{digest}"
+    return Path(tmp_path or tempfile.gettempdir()) / f"shardprep-resume-{os.getuid()}-{digest}"
 
 
 def _scanned_in_threads(

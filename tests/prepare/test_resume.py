@@ -95,3 +95,26 @@ def test_the_python_api_resumes_too(tmp_path: Path) -> None:
     bad.write_bytes(good)
     assert sum(prepare_dataset(root, resume=True).values()) == 12
     assert not (root / RESUME_DIR).exists()
+
+
+@pytest.mark.parametrize("how", ["writable-by-others", "someone-else's", "a-link"])
+def test_a_checkpoint_folder_others_could_write_is_refused(tmp_path: Path, how: str) -> None:
+    """The checkpoint holds pickles, which run as code when read: a folder another user could have
+    written is refused, with what to do, and nothing of it is read."""
+    dataset = write_dataset(tmp_path / "dataset", 3, 10)
+    folder = dataset / RESUME_DIR
+    if how == "a-link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir(mode=0o700)
+        if how == "writable-by-others":
+            folder.chmod(0o777)
+        elif os.getuid() != 0:
+            pytest.skip("giving the folder to another user needs root")
+        else:
+            os.chown(folder, 65534, 65534)
+    (folder / "planted.record").write_bytes(b"not read")
+    result = run_shardprep("prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--resume")
+    assert result.returncode != 0
+    assert "is not safe to resume from" in result.stderr and str(folder) in result.stderr
