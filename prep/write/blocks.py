@@ -154,7 +154,8 @@ def _text_lines(file: Any, start: int, limit: int, name: str, at: list[int]) -> 
             raise PrepError(
                 f"{name}: not UTF-8 text ({error.reason} at byte {at[0] + error.start})."
             ) from None
-        if "\r" not in text[:-2]:
+        cr = text.find("\r")
+        if cr < 0 or (cr == len(text) - 2 and text.endswith("\r\n")):  # no CR but the line end's
             at[0] += len(raw)
             yield text
             continue
@@ -266,8 +267,12 @@ def count_block(block: Block) -> BlockCount:
                 break
             except csv.Error:
                 records += 1
-            except PrepError:  # not UTF-8: reading the block again says so, after any earlier bad record
-                return BlockCount(records, reader.line_num)
+            except PrepError:  # not UTF-8
+                if at[0] < block.end:  # in the block: reading it again says so, after any earlier bad record
+                    return BlockCount(records, reader.line_num)
+                # In a record running past the block's end: the block is joined with the next, whose
+                # reading then names the byte.
+                return BlockCount(records, reader.line_num, synced=False, stop=None)
         ended = at[0] < limit or limit == os.path.getsize(block.path)
         return BlockCount(records, reader.line_num, at[0] == block.end, at[0] if ended else None)
 

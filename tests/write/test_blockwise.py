@@ -70,6 +70,43 @@ def test_bad_utf8_in_a_later_block_is_named_by_its_byte_offset(
     data = path.read_bytes()
     at = data.index(b"k250,")
     path.write_bytes(data[:at] + b"\xff" + data[at + 1 :])
-    with pytest.raises(PrepError, match=rf"in.csv: not UTF-8 text \(invalid start byte at byte {at}\)"):
-        write_dataset(open_sources([path]), tmp_path / "out", resume=True)
-    assert not (tmp_path / "out" / ".nv-meta").exists()
+    for resume in (True, False):  # in blocks and in one pass alike
+        with pytest.raises(PrepError, match=rf"in.csv: not UTF-8 text \(invalid start byte at byte {at}\)"):
+            write_dataset(open_sources([path]), tmp_path / f"out-{resume}", resume=resume)
+        assert not (tmp_path / f"out-{resume}" / ".nv-meta").exists()
+
+
+def test_bad_utf8_in_a_record_running_past_a_block_is_named_by_its_byte_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stray quote makes a cut fall inside a quoted field; the bad byte lies in the read past the
+    block's end: the block is joined with the next, which names the byte, as one pass does."""
+    from prep.errors import PrepError
+    from prep.write import blockwise
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 64)
+    data = (
+        b'a,b\n1,x"y\n'
+        + b"".join(b"%d,xx\n" % i for i in range(2, 14))
+        + b'3,"p\nq\nr\ns\nt\nu\n\xff\nv\nw\n"\n4,ok\n'
+        + b"".join(b"%d,zz\n" % i for i in range(5, 30))
+    )
+    path = tmp_path / "in.csv"
+    path.write_bytes(data)
+    at = data.index(b"\xff")
+    messages = []
+    for resume in (True, False):
+        with pytest.raises(PrepError) as raised:
+            write_dataset(open_sources([path]), tmp_path / f"out-{resume}", resume=resume)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1] and f"at byte {at})" in messages[0]
+
+
+def test_a_lone_cr_near_the_end_of_a_last_line_splits_it_as_one_pass_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "in.csv"
+    path.write_bytes(b"a\n1\n2\nx\ry")  # no newline at the end, a lone CR one character before it
+    write_dataset(open_sources([path]), tmp_path / "blocks", resume=True)
+    write_dataset(open_sources([path]), tmp_path / "one")
+    assert written(tmp_path / "blocks") == written(tmp_path / "one")

@@ -6,6 +6,7 @@ boundary, which is how `prep.write.blocks` reads one block of a file with the sa
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from collections.abc import Iterator
@@ -14,6 +15,29 @@ from typing import Any
 
 from prep.errors import PrepError
 from prep.write.sources import FileSource, Record, Reject
+
+
+def first_bad_utf8(path: Path, chunk: int = 1 << 20) -> tuple[int, str]:
+    """The file offset of the first byte of `path` that is not UTF-8, and why (0 and "" if none is).
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile(suffix=".csv") as file:
+    ...     _ = file.write("héllo".encode() + bytes([255])); file.flush()
+    ...     first_bad_utf8(Path(file.name), chunk=2)
+    (6, 'invalid start byte')
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as file:
+        while True:
+            data = file.read(chunk)
+            try:
+                decoder.decode(data, final=not data)
+            except UnicodeDecodeError as error:  # `error.object` is what the decoder held, then `data`
+                return offset - (len(error.object) - len(data)) + error.start, error.reason
+            if not data:
+                return 0, ""
+            offset += len(data)
 
 
 class CsvSource(FileSource):
@@ -33,8 +57,11 @@ class CsvSource(FileSource):
                 if header is None:
                     return
                 yield from self.rows(reader, header, 0)
-        except UnicodeDecodeError as error:
-            raise PrepError(f"{self.name}: not UTF-8 text ({error.reason} at byte {error.start}).") from None
+        except UnicodeDecodeError as error:  # its offset counts from the decoder's chunk, not the file
+            offset, reason = first_bad_utf8(self.path)
+            raise PrepError(
+                f"{self.name}: not UTF-8 text ({reason or error.reason} at byte {offset})."
+            ) from None
 
     def rows(self, reader: Any, header: list[str], lines_before: int) -> Iterator[Record | Reject]:
         """The records `reader` (a `csv.reader` at a record boundary, after `lines_before` lines of the
