@@ -195,6 +195,7 @@ class ProgressLine:
     and the output is a terminal. `close` draws the latest state and ends the line."""
 
     def __init__(self, enabled: bool, interval: float = 0.25) -> None:
+        self.enabled = enabled
         self.shown = enabled and sys.stdout.isatty() and sys.stderr.isatty()
         self.interval = interval
         self._last = 0.0
@@ -218,10 +219,11 @@ class ProgressLine:
         self._width, self._pending = len(text), None
 
     def note(self, text: str) -> None:
-        """Print `text` on a line of its own above the progress line (which is drawn again next time)."""
-        if not self.shown:
+        """Print `text` on a line of its own (above the progress line, drawn again next time); also
+        where the line is not shown (a log), unless progress is off."""
+        if not self.enabled:
             return
-        sys.stderr.write("\r" + text.ljust(self._width) + "\n")
+        sys.stderr.write(("\r" + text.ljust(self._width) if self.shown else text) + "\n")
         sys.stderr.flush()
         self._width = 0
 

@@ -44,6 +44,7 @@ from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_datas
 from prep.index.format import INDEX_SQLITE, META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.media import MediaSummary, add_folder_media_metadata
+from prep.index.meta import is_prepared
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
 from prep.processes import in_child, worker_count
@@ -502,11 +503,17 @@ def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
     if options.resume:  # a killed run's staged files are gone (`prep.index.lock`), their folders not
         others = [entry for entry in others if not (entry.is_dir() and _holds_no_file(entry))]
     if others and not options.overwrite:
-        kept = " (it holds what an interrupted write kept: rerun that write with --resume)"
+        kept = ""
+        if (out_dir / RESUME_DIR).exists():
+            kept = (
+                " (it holds a complete dataset: the write this checkpoint is from finished; nothing is left"
+                f" to resume, and {out_dir / RESUME_DIR} can go)"
+                if options.resume and is_prepared(out_dir)
+                else " (it holds what an interrupted write kept: rerun that write with --resume)"
+            )
         raise PrepError(
-            f"{out_dir} is not empty{kept if (out_dir / RESUME_DIR).exists() else ''}. Give a new or empty"
-            " folder, or pass --overwrite to replace its contents (the old contents stay until the new"
-            " dataset is complete)."
+            f"{out_dir} is not empty{kept}. Give a new or empty folder, or pass --overwrite to replace its"
+            " contents (the old contents stay until the new dataset is complete)."
         )
 
 

@@ -67,3 +67,16 @@ def test_the_terminal_shows_rate_eta_and_the_failure(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Failed: shard-03.tar" in text
     assert "/40 shards" in text and "samples/s" in text
+
+
+def test_a_failed_shard_is_named_in_a_log_too(tmp_path: Path) -> None:
+    """Not on a terminal (a log): no progress line, but each failed shard is named as it comes in."""
+    root = dataset(tmp_path / "ds", 5, broken=1)
+    command = [sys.executable, "-m", "prep", "prepare", str(root), "--non-interactive", "--split-ratio",
+               "1,0,0", "--crude"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Failed: shard-01.tar"), result.stderr
+    assert "Indexing" not in result.stderr
+    quiet = subprocess.run([*command, "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert "Failed:" not in quiet.stderr and "shard-01.tar" in quiet.stderr
