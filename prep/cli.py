@@ -170,23 +170,36 @@ def duration(seconds: float) -> str:
 
 class Pace:
     """How fast a run of `total` pieces goes since it was made: pieces and samples per second, time left.
+    Pieces an earlier run finished (`--resume`) take no time: they count as done, but not in the pace.
 
     >>> pace = Pace(started=0.0)
     >>> pace.text(10, 40, samples=5000, now=5.0)
     '10/40 shards, 1,000 samples/s, ETA 0:15'
+    >>> pace.text(10, 40, samples=5000, now=5.0, reused=(8, 8, 4000))  # 2 scanned; none left to reuse
+    '10/40 shards, 200 samples/s, ETA 1:15'
     """
 
     def __init__(self, what: str = "shards", started: float | None = None) -> None:
         self.what = what
         self.started = time.perf_counter() if started is None else started
 
-    def text(self, done: int, total: int, samples: int | None = None, now: float | None = None) -> str:
+    def text(
+        self,
+        done: int,
+        total: int,
+        samples: int | None = None,
+        now: float | None = None,
+        reused: tuple[int, int, int] = (0, 0, 0),
+    ) -> str:
+        """The line's text; `reused` is (pieces reused so far, pieces to reuse in all, their samples)."""
         elapsed = max((time.perf_counter() if now is None else now) - self.started, 1e-9)
+        reused_done, reused_all, reused_samples = reused
         parts = [f"{done:,}/{total:,} {self.what}"]
         if samples is not None:
-            parts.append(f"{samples / elapsed:,.0f} samples/s")
-        if 0 < done < total:
-            parts.append(f"ETA {duration(elapsed / done * (total - done))}")
+            parts.append(f"{(samples - reused_samples) / elapsed:,.0f} samples/s")
+        worked, left = done - reused_done, total - done - (reused_all - reused_done)
+        if worked > 0 and left > 0:
+            parts.append(f"ETA {duration(elapsed / worked * left)}")
         return ", ".join(parts)
 
 

@@ -152,7 +152,7 @@ def prepare_command(
     def indexed(state: IndexProgress) -> None:
         if state.failed is not None:  # named now; all of them again in the error at the end
             line.note(f"Failed: {str(state.failed).splitlines()[0]}")
-        line.show(f"Indexing {pace.text(state.done, state.total, state.samples)}")
+        line.show(f"Indexing {pace.text(state.done, state.total, state.samples, reused=state.reused)}")
         if state.done == state.total:
             line.close()  # the wizard speaks next
 

@@ -106,6 +106,8 @@ class IndexProgress:
     samples: int
     #: The problem of the shard that just came in, if it failed (all are reported together at the end).
     failed: PrepError | None = None
+    #: With --resume: (shards taken from the checkpoint so far, shards it holds in all, their samples).
+    reused: tuple[int, int, int] = (0, 0, 0)
 
 
 #: `progress(state)`, called as each shard's rows go in.
@@ -516,13 +518,18 @@ def _insert_rows(
         _scanned(_not_reused(tasks, checkpoint), workers, engine, ray_address, staged.source) as scanned,
     ):
         results = _resumed(tasks, scanned, checkpoint) if checkpoint is not None else scanned
-        samples = 0
+        samples = reused_shards = reused_samples = 0
+        reusable = checkpoint.reusable if checkpoint is not None else set()
         for done, result in enumerate(results, 1):
             release_freed_memory()  # the previous shard's rows are gone now
             failed = _add_shard(staged, writer, result, strict, errors)
-            samples += 0 if failed or isinstance(result, ShardError) else result.count
+            count = 0 if failed or isinstance(result, ShardError) else result.count
+            samples += count
+            if done - 1 in reusable:  # results come in task order: this one came from the checkpoint
+                reused_shards, reused_samples = reused_shards + 1, reused_samples + count
             if progress is not None:
-                progress(IndexProgress(done, len(tasks), samples, failed))
+                reused = (reused_shards, len(reusable), reused_samples)
+                progress(IndexProgress(done, len(tasks), samples, failed, reused))
             if failed or errors:
                 continue  # keep scanning to report every bad shard, but stop building
             assert isinstance(result, ShardRows)

@@ -80,3 +80,17 @@ def test_a_failed_shard_is_named_in_a_log_too(tmp_path: Path) -> None:
     assert "Indexing" not in result.stderr
     quiet = subprocess.run([*command, "--no-progress"], capture_output=True, text=True, timeout=120)
     assert "Failed:" not in quiet.stderr and "shard-01.tar" in quiet.stderr
+
+
+def test_shards_reused_by_resume_are_told_apart_from_those_scanned(tmp_path: Path) -> None:
+    """After a resume, the pace counts only this run's work: the progress says which shards came from
+    the checkpoint, and how many it holds."""
+    root = dataset(tmp_path / "ds", 5, broken=3)
+    options = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset", num_workers=2, resume=True)
+    with pytest.raises(PrepError):
+        prepare(root, options)
+    write_tarfile(root / "shard-03.tar", sample_members("s3-", 7))
+    seen: list[IndexProgress] = []
+    prepare(root, options, progress=seen.append)
+    assert seen[-1].reused == (4, 4, 28)
+    assert [state.reused[0] for state in seen] == [1, 2, 3, 3, 4]  # shard-03 is scanned, in its place
