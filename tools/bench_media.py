@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import io
 import random
-import sqlite3
 import statistics
 import sys
 import tarfile
 import wave
 from pathlib import Path
 
+from tests.support.prepare import media_rows
 from tools import bench_datasets
 from tools.bench_datasets import Dataset
 from tools.bench_prepare import PREPARE_FLAGS, energon_executable
@@ -32,14 +32,6 @@ from tools.measure import measure
 MEDIA_FLAG = "--media-metadata-by-extension"
 REPO = Path(__file__).resolve().parents[1]
 AUDIO_RATE = 16000
-
-
-def media_rows(dataset: Path) -> list[tuple]:
-    db = sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")
-    try:
-        return sorted(db.execute("SELECT * FROM media_metadata"))
-    finally:
-        db.close()
 
 
 def audio_clips(seed: int) -> list[tuple[str, bytes]]:

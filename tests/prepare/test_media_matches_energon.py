@@ -4,13 +4,12 @@ MP3, OGG and M4A clips, and changes nothing else it writes."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests.support.media import assert_same_media_index, audio_video, images
-from tests.support.prepare import run_energon_prepare, run_shardprep, snapshot, twin
+from tests.support.prepare import media_rows, run_energon_prepare, run_shardprep, snapshot, twin
 from tests.support.shards import write_tarfile
 
 FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--no-progress", "--sample-type", "CrudeWebdataset"]
@@ -50,14 +49,6 @@ def av_dataset(root: Path, shards: int = 3) -> Path:
             members.append((f"{key}.{name}", clips[name]))
         write_tarfile(root / f"shard-{shard:03d}.tar", members)
     return root
-
-
-def media_rows(root: Path) -> list[tuple]:
-    db = sqlite3.connect(root / ".nv-meta" / "index.sqlite")
-    try:
-        return sorted(db.execute("SELECT * FROM media_metadata"))
-    finally:
-        db.close()
 
 
 @pytest.mark.parametrize("flag", ["--media-metadata-by-extension", "--media-metadata-by-header"])

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.prepare.test_media_matches_energon import FLAGS, av_dataset, media_dataset, media_rows
+from tests.prepare.test_media_matches_energon import FLAGS, av_dataset, media_dataset
 from tests.support.media import assert_same_media_index, audio_video, images, without_created_at
 from tests.support.prepare import (
+    media_rows,
     run_energon,
     run_energon_prepare,
     run_shardprep,

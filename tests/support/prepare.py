@@ -103,6 +103,15 @@ def sqlite_contents(path: Path) -> dict:
         db.close()
 
 
+def media_rows(root: Path) -> list[tuple]:
+    """The `media_metadata` rows of `root`'s index, sorted."""
+    db = sqlite3.connect(root / ".nv-meta" / "index.sqlite")
+    try:
+        return sorted(db.execute("SELECT * FROM media_metadata"))
+    finally:
+        db.close()
+
+
 def expanded_splits(meta: Path) -> dict:
     document = yaml.safe_load((meta / "split.yaml").read_text())
     parts = {
