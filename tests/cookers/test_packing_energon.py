@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import webdataset as wds
-from megatron.energon import WorkerConfig, get_loader, get_savable_loader, get_train_dataset
+from megatron.energon import get_loader, get_savable_loader
 
 from cookers.energon_packing import PackingTaskEncoder
 from cookers.packed_layout import IGNORE_INDEX
 from cookers.tokenizer import load_tokenizer
-from tests.support.loader import batches_around_a_restore
+from tests.support.loader import batches_around_a_restore, train_dataset
 from tests.support.prepare import run_shardprep
 from tools.text_corpus import documents, prompt_completion_records
 from tools.train_tokenizer import train_tokenizer
@@ -65,17 +65,7 @@ def text_dataset(tmp_path_factory):
 
 
 def load(folder, encoder, buffer, batch_size=2, workers=0):
-    config = WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    return get_train_dataset(
-        folder,
-        worker_config=config,
-        batch_size=batch_size,
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        packing_buffer_size=buffer,
-        task_encoder=encoder,
-        repeat=False,
-    )
+    return train_dataset(folder, encoder, batch_size=batch_size, buffer=buffer, workers=workers)
 
 
 @pytest.mark.parametrize("algorithm", ["bfd", "ffd", "next_fit", "concat"])

@@ -16,7 +16,6 @@ from megatron.energon import (
     WorkerConfig,
     get_loader,
     get_savable_loader,
-    get_train_dataset,
 )
 from megatron.energon.errors import reraise_exception
 from megatron.energon.flavors.webdataset.sharder import Sharder
@@ -28,7 +27,7 @@ from cookers.records_layout import IGNORE_INDEX
 from cookers.records_options import AssemblyOptions
 from cookers.tokenizer import load_tokenizer
 from prep.write import open_sources, write_dataset
-from tests.support.loader import batches_around_a_restore
+from tests.support.loader import batches_around_a_restore, train_dataset
 from tools.train_tokenizer import train_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
@@ -88,19 +87,15 @@ class RecordOrder(DefaultTaskEncoder):
 
 
 def load(path, encoder, *, batch_size=3, buffer=None, workers=0, error_handler=None, **settings):
-    config = WorkerConfig(rank=0, world_size=1, num_workers=workers)
-    if error_handler is not None:
-        config.global_error_handler = error_handler
-    options = dict(
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        parallel_shard_iters=1,
-        repeat=False,
-        packing_buffer_size=buffer,
-    )
-    options.update(settings)
-    return get_train_dataset(
-        path, worker_config=config, batch_size=batch_size, task_encoder=encoder, **options
+    settings.setdefault("parallel_shard_iters", 1)
+    return train_dataset(
+        path,
+        encoder,
+        batch_size=batch_size,
+        buffer=buffer,
+        workers=workers,
+        error_handler=error_handler,
+        **settings,
     )
 
 

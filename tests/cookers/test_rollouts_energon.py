@@ -8,13 +8,13 @@ import random
 
 import pytest
 import torch
-from megatron.energon import WorkerConfig, get_loader, get_savable_loader, get_train_dataset
+from megatron.energon import get_loader, get_savable_loader
 
 from cookers.energon_rollouts import RolloutTaskEncoder, cook_rollout_group, prefix_tree_collate
 from cookers.rollouts import fold_shared_prefix_rollouts
 from cookers.tokenizer import load_tokenizer
 from prep.write import write_dataset
-from tests.support.loader import batches_around_a_restore
+from tests.support.loader import batches_around_a_restore, train_dataset
 from tests.support.prepare import run_shardprep
 from tools.text_corpus import documents
 from tools.train_tokenizer import train_tokenizer
@@ -55,16 +55,7 @@ def text_groups(tmp_path_factory):
 
 
 def load(folder, encoder, batch_size, buffer=None, workers=0):
-    return get_train_dataset(
-        folder,
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
-        batch_size=batch_size,
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        packing_buffer_size=buffer,
-        task_encoder=encoder,
-        repeat=False,
-    )
+    return train_dataset(folder, encoder, batch_size=batch_size, buffer=buffer, workers=workers)
 
 
 def tokenized(tokenizer, record):

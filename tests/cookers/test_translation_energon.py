@@ -8,7 +8,7 @@ import collections
 import numpy as np
 import pytest
 import torch
-from megatron.energon import WorkerConfig, get_loader, get_savable_loader, get_train_dataset
+from megatron.energon import get_loader, get_savable_loader
 
 from cookers.energon_translation import (
     IRREGULAR,
@@ -18,7 +18,7 @@ from cookers.energon_translation import (
 )
 from cookers.tokenizer import TokenizerAdapter, load_tokenizer
 from cookers.translation import LengthBuckets, LengthLimits, alignment_matrix_from_pharaoh
-from tests.support.loader import batches_around_a_restore
+from tests.support.loader import batches_around_a_restore, train_dataset
 from tests.support.prepare import run_shardprep
 from tools.bench_translation import parallel_corpus, train_word_tokenizer
 
@@ -54,15 +54,8 @@ def corpus(tmp_path_factory):
 
 
 def load(folder, encoder, workers=0, shuffle=None):
-    return get_train_dataset(
-        folder,
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
-        batch_size=None,  # every bucket says its own batch size
-        shuffle_buffer_size=shuffle,
-        max_samples_per_sequence=None,
-        task_encoder=encoder,
-        repeat=False,
-    )
+    # batch_size None: every bucket says its own batch size
+    return train_dataset(folder, encoder, batch_size=None, workers=workers, shuffle=shuffle)
 
 
 def expected_drops(pairs):

@@ -1,4 +1,5 @@
-"""energon's loader state, saved and restored: what the cookers' task encoders must survive."""
+"""energon's loader for the cookers' tests: a train dataset read in file order, and its state saved and
+restored (what the cookers' task encoders must survive)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,34 @@ def batches_around_a_restore(fresh: Callable[[], Any], taken: int = 3) -> tuple[
     restored = fresh()
     restored.restore_state_rank(state)
     return expected, list(restored)
+
+
+def train_dataset(
+    path: Any,
+    encoder: Any,
+    *,
+    batch_size: int | None,
+    workers: int = 0,
+    buffer: int | None = None,
+    shuffle: int | None = None,
+    error_handler: Callable | None = None,
+    **settings: Any,
+) -> Any:
+    """energon's train dataset of `path` through `encoder` on one rank with `workers` workers, read in
+    file order unless `shuffle` is given, no sequence cut, one pass; `buffer` is the packing buffer,
+    `settings` go to `get_train_dataset` as they are."""
+    from megatron.energon import WorkerConfig, get_train_dataset
+
+    config = WorkerConfig(rank=0, world_size=1, num_workers=workers)
+    if error_handler is not None:
+        config.global_error_handler = error_handler
+    options: dict[str, Any] = {
+        "shuffle_buffer_size": shuffle,
+        "max_samples_per_sequence": None,
+        "packing_buffer_size": buffer,
+        "repeat": False,
+    }
+    options.update(settings)
+    return get_train_dataset(
+        path, worker_config=config, batch_size=batch_size, task_encoder=encoder, **options
+    )
