@@ -141,7 +141,7 @@ class BucketShards:
                 raise FileNotFoundError(shard)  # the scan says what is wrong with it
             return (FORMAT, shard, info.size, info.etag)
 
-        return ShardCheckpoint(self.resume_folder, kept_in=self.resume_folder, key=key)
+        return ShardCheckpoint(self.resume_folder, key=key)
 
 
 def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None) -> Path:

@@ -28,14 +28,12 @@ Key = tuple[int, str, int, int]
 
 
 class ShardCheckpoint:
-    """The rows of finished shards of dataset `root`, saved by an earlier (or this) run: in `root`, or in
-    `kept_in` with each shard's key from `key` (for shards that are not files below `root`)."""
+    """The rows of finished shards of dataset `root`, saved in it by an earlier (or this) run; each shard
+    keyed by `key` if given (for shards that are not files below `root`), else by its file's stat."""
 
-    def __init__(
-        self, root: Path, *, kept_in: Path | None = None, key: Callable[[str], Key] | None = None
-    ) -> None:
+    def __init__(self, root: Path, *, key: Callable[[str], Key] | None = None) -> None:
         self.root = root
-        self.saved = Checkpoint(root if kept_in is None else kept_in)
+        self.saved = Checkpoint(root)
         self._key_of = key
         self.folder = self.saved.folder
         #: Each shard's key, taken before any is scanned: a shard changed during the run is saved under
