@@ -8,7 +8,10 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    dataset.yaml work as for a local dataset;
 2. each shard's headers walked by ranged GETs (`shard_rows_from_bucket`: `prep.storage.ranged` under
    `prep.tar.scan.RangedHeaderWalker`); a shard of small members is read whole instead and takes the
-   vectorised scan. The walk waits on the network and then on the GIL, so shards go in batches to
+   vectorised scan. Finding that out costs two small requests before the whole read, so only the first
+   shard is probed: when its members are small, the others (shards of a dataset are alike) are read
+   whole in one request each, and a shard that has big members after all is indexed all the same, at
+   the cost of its bytes. The walk waits on the network and then on the GIL, so shards go in batches to
    `--num-workers` processes (`prep.processes.ordered_map`), each scanning its batch in a few threads
    with a client of its own; a small run, or one worker, stays in this process's threads;
 3. the index built and committed in the local folder, exactly as a local prepare builds it;
@@ -46,7 +49,7 @@ from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, open_store
 from prep.storage.upload import upload_dataset
 from prep.tar.fields import BLOCK
-from prep.tar.scan import HeaderWalker, RangedHeaderWalker, check_not_compressed
+from prep.tar.scan import SMALL_MEMBER_STRIDE, HeaderWalker, RangedHeaderWalker, check_not_compressed
 
 #: Shards scanned at once in one process (I/O-bound threads; a shard of small members is held whole
 #: while scanned).
@@ -61,17 +64,28 @@ WORKER_THREADS = 4
 #: workers pay for their own clients and for sending rows back (measured on moto: 49 and 53 MB of shards
 #: went 20% quicker in threads, 205 and 489 MB 13% quicker in 2 workers).
 MIN_BYTES_FOR_WORKERS = 128 * 1024 * 1024
-#: A shard to scan: (name, size, or None if the bucket does not have it, tar_file_id).
-ScanJob = tuple[str, "int | None", int]
+#: A shard to scan: (name, size, or None if the bucket does not have it, tar_file_id, read it whole at
+#: once rather than probe its first members).
+ScanJob = tuple[str, "int | None", int, bool]
 
 
 def shard_rows_from_bucket(
-    store: ObjectStore, shard: str, size: int, tar_file_id: int, fetched: list[int] | None = None
+    store: ObjectStore,
+    shard: str,
+    size: int,
+    tar_file_id: int,
+    fetched: list[int] | None = None,
+    whole: bool = False,
 ) -> ShardRows:
     """One shard's index rows, read from the bucket as a local prepare reads them from a file; ShardError
-    as there. The bytes fetched are added to `fetched[0]` if given."""
+    as there. With `whole`, a shard up to WHOLE_SHARD_BYTES is read whole in one request, without first
+    probing whether its members are small. The bytes fetched are added to `fetched[0]` if given."""
     reader = RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
     try:
+        if whole and size <= WHOLE_SHARD_BYTES:
+            data = reader.whole()
+            check_not_compressed(shard, data[:BLOCK])
+            return walked_rows(HeaderWalker(shard, data), shard, tar_file_id)
         check_not_compressed(shard, reader[:BLOCK])
         ranged = RangedHeaderWalker(shard, reader)
         small = size <= WHOLE_SHARD_BYTES and ranged.mostly_small_members()
@@ -80,6 +94,12 @@ def shard_rows_from_bucket(
     finally:
         if fetched is not None:
             fetched[0] += reader.fetched
+
+
+def has_small_members(rows: ShardRows) -> bool:
+    """Whether a shard's members take SMALL_MEMBER_STRIDE bytes or fewer each, on average (header and
+    padding included): then a shard like it is best read whole."""
+    return rows.end <= max(1, len(rows.part_sizes)) * SMALL_MEMBER_STRIDE
 
 
 class BucketShards:
@@ -117,8 +137,14 @@ class BucketShards:
         jobs: list[ScanJob] = []
         for _, shard, tar_file_id, _ in tasks:
             info = self.objects.get(shard)
-            jobs.append((shard, None if info is None else info.size, tar_file_id))
-        total = sum(size or 0 for _, size, _ in jobs)
+            jobs.append((shard, None if info is None else info.size, tar_file_id, False))
+        if not jobs:
+            return
+        first = _scan_one(self.store, *jobs[0])  # probed: does the dataset have small members?
+        yield first
+        whole = isinstance(first, ShardRows) and has_small_members(first)
+        jobs = [(shard, size, tar_file_id, whole) for shard, size, tar_file_id, _ in jobs[1:]]
+        total = sum(size or 0 for _, size, _, _ in jobs)
         if workers <= 1 or len(jobs) <= WORKER_THREADS or total < MIN_BYTES_FOR_WORKERS:
             yield from _scanned_in_threads(self.store, jobs, SCAN_THREADS)
             return
@@ -177,11 +203,13 @@ def _scan_batch(store: ObjectStore, jobs: Sequence[ScanJob]) -> list[ShardRows |
     return list(_scanned_in_threads(store, jobs, len(jobs)))
 
 
-def _scan_one(store: ObjectStore, shard: str, size: int | None, tar_file_id: int) -> ShardRows | ShardError:
+def _scan_one(
+    store: ObjectStore, shard: str, size: int | None, tar_file_id: int, whole: bool
+) -> ShardRows | ShardError:
     if size is None:
         return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
     try:
-        return shard_rows_from_bucket(store, shard, size, tar_file_id)
+        return shard_rows_from_bucket(store, shard, size, tar_file_id, whole=whole)
     except ShardError as error:
         return error
 

@@ -4,6 +4,8 @@ read back by energon's loader through `msc://`."""
 
 from __future__ import annotations
 
+import tarfile
+
 import pytest
 
 from prep.errors import PrepError
@@ -11,7 +13,7 @@ from prep.prepare import remote
 from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
 from prep.prepare.run import PrepareOptions
 from prep.storage.address import parse_address
-from prep.storage.store import open_store
+from prep.storage.store import ObjectStore, open_store
 from tests.support.prepare import prepared_outputs, run_shardprep, twin
 from tests.support.s3 import BIG, mixed_dataset
 from tests.support.shards import sample_members, write_tarfile
@@ -73,6 +75,40 @@ def test_a_shard_of_small_then_big_members_is_not_read_whole(s3, tmp_path, monke
     rows = shard_rows_from_bucket(store, "mixed.tar", size, 0, fetched)
     assert rows.count == 20
     assert fetched[0] < size * 0.1, f"{fetched[0]} of {size} bytes read"
+
+
+def test_only_the_first_shard_is_probed_and_shards_like_it_cost_one_request(s3, tmp_path, monkeypatch):
+    """Finding out that a shard's members are small costs requests of its own before the shard is read
+    whole; only the first shard is probed, and when its members are small every other shard is read whole
+    in one request (one with big members too, indexed the same). When the first has big members, the
+    others are probed and walked as before."""
+    source = tmp_path / "src"
+    for shard in range(4):
+        write_tarfile(source / f"a-{shard}.tar", sample_members(f"a{shard}-", 40), tarfile.GNU_FORMAT)
+    write_tarfile(source / "b-big.tar", sample_members("b-", 3, {"bin": b"\x01" * 300_000}))
+    s3.make_bucket("probed")
+    s3.upload_folder(source, "probed", "small-first")
+    (source / "b-big.tar").rename(source / "0-big.tar")
+    s3.upload_folder(source, "probed", "big-first")
+    reads: list[str] = []
+    read = ObjectStore.read
+    monkeypatch.setattr(ObjectStore, "read", lambda self, *args: reads.append(args[0]) or read(self, *args))
+    options = PrepareOptions(split_ratio="8,1,1", sample_type="CrudeWebdataset")
+
+    prepare_remote("s3://probed/small-first", options, tmp_path=tmp_path / "scratch")
+    assert reads.count("a-0.tar") > 1
+    assert {name: reads.count(name) for name in set(reads) - {"a-0.tar"}} == dict.fromkeys(
+        ["a-1.tar", "a-2.tar", "a-3.tar", "b-big.tar"], 1
+    )
+    fetched = tmp_path / "fetched"
+    s3.download_prefix("probed", "small-first", fetched)
+    (source / "0-big.tar").rename(source / "b-big.tar")
+    run_shardprep("prepare", str(source), *FLAGS, check=True)
+    assert prepared_outputs(fetched) == prepared_outputs(source)
+
+    reads.clear()
+    prepare_remote("s3://probed/big-first", options, tmp_path=tmp_path / "scratch")
+    assert all(reads.count(f"a-{shard}.tar") > 1 for shard in range(4)), "a shard of small members not probed"
 
 
 def test_shard_errors_name_the_shard_and_offset_as_locally(s3, tmp_path):
