@@ -63,7 +63,9 @@ class Dataset:
         return sum(path.stat().st_size for path in self.shard_paths())
 
 
-def _cached(name: str, root: Path, params: dict, build: Callable[[Path], int], parts_per_sample: int) -> Dataset:
+def _cached(
+    name: str, root: Path, params: dict, build: Callable[[Path], int], parts_per_sample: int
+) -> Dataset:
     """Return the dataset at ``root/name`` if its marker matches ``params``; otherwise build it afresh.
 
     Names carry the sizes, so datasets of different sizes live side by side in one cache folder.
@@ -95,7 +97,9 @@ def _cached_locked(
     print(f"generating {name} dataset in {path} ...", file=sys.stderr, flush=True)
     samples = build(partial)
     shards = len(list(partial.glob("*.tar")))
-    (partial / MARKER).write_text(json.dumps({"params": params, "samples": samples, "shards": shards}, indent=1))
+    (partial / MARKER).write_text(
+        json.dumps({"params": params, "samples": samples, "shards": shards}, indent=1)
+    )
     partial.rename(path)
     print(f"  {samples} samples in {shards} shards, {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return Dataset(name, path, samples, shards, parts_per_sample)
@@ -123,8 +127,11 @@ def text_record(index: int, rng: random.Random, words: list[str]) -> dict:
     }
 
 
-def ensure_text_dataset(root: Path = DEFAULT_ROOT, samples: int = 200_000, shards: int = 10, seed: int = 0) -> Dataset:
+def ensure_text_dataset(
+    root: Path = DEFAULT_ROOT, samples: int = 200_000, shards: int = 10, seed: int = 0
+) -> Dataset:
     """The text dataset: ``samples`` JSON samples in ``shards`` shards, via webdataset's ShardWriter."""
+
     def build(folder: Path) -> int:
         import webdataset as wds
 
@@ -167,6 +174,7 @@ def ensure_image_dataset(
     seed: int = 0,
 ) -> Dataset:
     """The image dataset: jpg + txt + json samples in ``shards`` shards, via webdataset's ShardWriter."""
+
     def build(folder: Path) -> int:
         import webdataset as wds
 
@@ -174,7 +182,9 @@ def ensure_image_dataset(
         words = _vocabulary(rng)
         jpegs = noise_jpegs(jpeg_bytes, 8, seed)
         per_shard = -(-samples // shards)
-        with wds.ShardWriter(str(folder / SHARD_PATTERN), maxcount=per_shard, maxsize=1e12, verbose=0) as writer:
+        with wds.ShardWriter(
+            str(folder / SHARD_PATTERN), maxcount=per_shard, maxsize=1e12, verbose=0
+        ) as writer:
             for index in range(samples):
                 jpeg = jpegs[index % len(jpegs)]
                 writer.write(
@@ -301,10 +311,15 @@ def main(argv: list[str] | None = None) -> int:
         description="Generate (once, cached) the benchmark datasets and print where they are.",
     )
     parser.add_argument(
-        "datasets", nargs="*", default=["text", "image"], choices=["text", "image", "scale", "scale-small"],
+        "datasets",
+        nargs="*",
+        default=["text", "image"],
+        choices=["text", "image", "scale", "scale-small"],
         help="which datasets to make (default: text image)",
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_ROOT, help=f"cache folder (default {DEFAULT_ROOT})")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_ROOT, help=f"cache folder (default {DEFAULT_ROOT})"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--text-samples", type=int, default=200_000)
     parser.add_argument("--text-shards", type=int, default=10)
@@ -314,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-samples", type=int, default=10_000_000)
     parser.add_argument("--scale-shards", type=int, default=100)
     parser.add_argument(
-        "--scale-small-shards", type=int, default=None,
+        "--scale-small-shards",
+        type=int,
+        default=None,
         help="shards of the big scale dataset linked into the small one (default: a tenth)",
     )
     args = parser.parse_args(argv)
@@ -324,14 +341,18 @@ def main(argv: list[str] | None = None) -> int:
             made.append(ensure_text_dataset(args.out, args.text_samples, args.text_shards, args.seed))
         elif name == "image":
             made.append(
-                ensure_image_dataset(args.out, args.image_samples, args.image_shards, args.jpeg_bytes, args.seed)
+                ensure_image_dataset(
+                    args.out, args.image_samples, args.image_shards, args.jpeg_bytes, args.seed
+                )
             )
         else:
             big = ensure_scale_dataset(args.out, args.scale_samples, args.scale_shards)
             if name == "scale":
                 made.append(big)
             else:
-                made.append(ensure_scale_subset(big, args.scale_small_shards or max(1, big.shards // 10), args.out))
+                made.append(
+                    ensure_scale_subset(big, args.scale_small_shards or max(1, big.shards // 10), args.out)
+                )
     for dataset in made:
         print(describe(dataset))
         print("  " + json.dumps(asdict(dataset), default=str))

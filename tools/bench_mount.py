@@ -242,7 +242,10 @@ def bench_dataset(
                     peaks.append(peak_rss_mb(mount.pid))
                 finally:
                     mount.close()
-            row[f"mount_s_{view}"], row[f"ls_R_s_{view}"] = statistics.median(mounted), statistics.median(listed)
+            row[f"mount_s_{view}"], row[f"ls_R_s_{view}"] = (
+                statistics.median(mounted),
+                statistics.median(listed),
+            )
         row["peak_rss_MB"] = max(peaks)
         results[tool] = row
     # Reads are the noisiest figure on a shared machine: each is repeated on a fresh mount, the tools
@@ -325,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="read this many files (same random set for every tool); default all",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each mount, ls -R and read measurement (median shown)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of each mount, ls -R and read measurement (median shown)"
+    )
     parser.add_argument("--tools", default="shardprep,energon", help="comma-separated: shardprep,energon")
     parser.add_argument(
         "--cache",

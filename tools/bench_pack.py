@@ -47,7 +47,9 @@ def lognormal_lengths(count: int, median: float, sigma: float, seed: int = 0) ->
     return np.maximum(1, rng.lognormal(math.log(median), sigma, count)).astype(np.int64)
 
 
-def utilisation(lengths: np.ndarray, seq_length: int, algorithm: str, buffer: int | None) -> tuple[float, int]:
+def utilisation(
+    lengths: np.ndarray, seq_length: int, algorithm: str, buffer: int | None
+) -> tuple[float, int]:
     """(real tokens / (bins x L), bins) for one configuration; over-long documents are chunked."""
     if algorithm == "padding":
         pieces = np.maximum(1, -(-lengths // seq_length))
@@ -58,10 +60,14 @@ def utilisation(lengths: np.ndarray, seq_length: int, algorithm: str, buffer: in
 
 
 def run_utilisation(docs: int, plot_path: Path) -> None:
-    print(f"\n## Utilisation (real tokens / (bins x L)), {docs} documents per distribution, over-long chunked\n")
-    header = f"{'L':>5} {'lengths':>16} {'algorithm':>9} " + " ".join(
-        f"{'offline' if b is None else f'buf {b}':>10}" for b in BUFFERS
-    ) + f" {'bins off':>9} {'ceil(T/L)':>9} {'excess':>7}"
+    print(
+        f"\n## Utilisation (real tokens / (bins x L)), {docs} documents per distribution, over-long chunked\n"
+    )
+    header = (
+        f"{'L':>5} {'lengths':>16} {'algorithm':>9} "
+        + " ".join(f"{'offline' if b is None else f'buf {b}':>10}" for b in BUFFERS)
+        + f" {'bins off':>9} {'ceil(T/L)':>9} {'excess':>7}"
+    )
     print(header)
     curves: dict[str, list[float]] = {}
     for seq_length in SEQ_LENGTHS:
@@ -76,9 +82,11 @@ def run_utilisation(docs: int, plot_path: Path) -> None:
                 if seq_length == 4096 and median == 300:
                     curves[algorithm] = row
                 excess = (bins - bound) / bound * 100
-                print(f"{seq_length:>5} {f'median {median} s{sigma}':>16} {algorithm:>9} "
-                      + " ".join(f"{100 * f:>9.3f}%" for f in row)
-                      + f" {bins:>9} {bound:>9} {excess:>6.2f}%")
+                print(
+                    f"{seq_length:>5} {f'median {median} s{sigma}':>16} {algorithm:>9} "
+                    + " ".join(f"{100 * f:>9.3f}%" for f in row)
+                    + f" {bins:>9} {bound:>9} {excess:>6.2f}%"
+                )
     _plot(curves, plot_path, docs)
 
 
@@ -125,7 +133,9 @@ def run_speed(docs: int, seq_length: int) -> None:
     truncated_total = int(np.minimum(lengths, seq_length).sum())
 
     def ours(algorithm: str, window: int | None) -> tuple[float, float, int]:
-        rows, seconds = _timed(lambda: pack_token_arrays(tokens, offsets, seq_length, algorithm, "truncate", window))
+        rows, seconds = _timed(
+            lambda: pack_token_arrays(tokens, offsets, seq_length, algorithm, "truncate", window)
+        )
         assert len(rows.tokens) == (truncated_total if algorithm != "concat" else int(offsets[-1]))
         return seconds, len(rows.tokens) / (rows.num_rows * seq_length), rows.num_rows
 
@@ -161,8 +171,10 @@ def run_speed(docs: int, seq_length: int) -> None:
             print(f"{name:<36} {our_s:>8.2f} {100 * our_fill:>9.3f}%")
             continue
         trl_s, trl_fill, _ = theirs(*trl_args)
-        print(f"{name:<36} {our_s:>8.2f} {100 * our_fill:>9.3f}% {trl_s:>8.2f} {100 * trl_fill:>9.3f}% "
-              f"{trl_s / our_s:>8.2f}x")
+        print(
+            f"{name:<36} {our_s:>8.2f} {100 * our_fill:>9.3f}% {trl_s:>8.2f} {100 * trl_fill:>9.3f}% "
+            f"{trl_s / our_s:>8.2f}x"
+        )
 
 
 def _packing_dataset(samples: int) -> Path:
@@ -177,9 +189,22 @@ def _packing_dataset(samples: int) -> Path:
         for shard in source.shard_paths():
             os.link(shard, folder / shard.name)
         subprocess.run(
-            [sys.executable, "-m", "prep", "prepare", str(folder), "--non-interactive", "--split-ratio", "1,0,0",
-             "--crude", "--no-progress"],
-            cwd=REPO, check=True, stdin=subprocess.DEVNULL, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "prep",
+                "prepare",
+                str(folder),
+                "--non-interactive",
+                "--split-ratio",
+                "1,0,0",
+                "--crude",
+                "--no-progress",
+            ],
+            cwd=REPO,
+            check=True,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
         )
     return folder
 
@@ -213,8 +238,14 @@ def run_loader(samples: int, seq_length: int, buffer: int) -> None:
     def measure(encoder, packing_buffer: int | None, batch_size: int) -> tuple[float, int, int]:
         config = WorkerConfig(rank=0, world_size=1, num_workers=1)
         dataset = get_train_dataset(
-            folder, worker_config=config, batch_size=batch_size, shuffle_buffer_size=None,
-            max_samples_per_sequence=None, packing_buffer_size=packing_buffer, task_encoder=encoder, repeat=False,
+            folder,
+            worker_config=config,
+            batch_size=batch_size,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            packing_buffer_size=packing_buffer,
+            task_encoder=encoder,
+            repeat=False,
         )
         tokens, slots = 0, 0
         started = time.perf_counter()
@@ -229,15 +260,23 @@ def run_loader(samples: int, seq_length: int, buffer: int) -> None:
     plain_s, plain_tokens, _ = measure(UnpackedTaskEncoder(tokenizer, seq_length, overlong="chunk"), None, 32)
     assert packed_tokens == plain_tokens, "packing lost or duplicated tokens"
     print(f"{'pipeline':<22} {'seconds':>8} {'tokens/s':>12}")
-    print(f"{'packed (bfd)':<22} {packed_s:>8.2f} {packed_tokens / packed_s:>12,.0f}   fill {100 * packed_tokens / slots:.2f}%")
+    print(
+        f"{'packed (bfd)':<22} {packed_s:>8.2f} {packed_tokens / packed_s:>12,.0f}   fill {100 * packed_tokens / slots:.2f}%"
+    )
     print(f"{'unpacked':<22} {plain_s:>8.2f} {plain_tokens / plain_s:>12,.0f}")
     print(f"packing overhead: {100 * (packed_s - plain_s) / plain_s:+.1f}%")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", choices=("utilisation", "speed", "loader"),
-                        default=["utilisation", "speed", "loader"])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("utilisation", "speed", "loader"),
+        default=["utilisation", "speed", "loader"],
+    )
     parser.add_argument("--docs", type=int, default=100_000, help="documents per utilisation distribution")
     parser.add_argument("--speed-docs", type=int, default=1_000_000, help="documents in the speed comparison")
     parser.add_argument("--loader-samples", type=int, default=200_000, help="samples of the loader dataset")

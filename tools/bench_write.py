@@ -125,29 +125,66 @@ def bench(name: str, source: Path, samples: int, work: Path, maxcount: int) -> N
     outs["webdataset"].mkdir(parents=True)
     outs["floor"].mkdir(parents=True)
     ours = run(
-        [python, "-m", "prep", "write", str(source), str(outs["shardprep"]), "--no-progress", "--maxcount", str(maxcount)],
+        [
+            python,
+            "-m",
+            "prep",
+            "write",
+            str(source),
+            str(outs["shardprep"]),
+            "--no-progress",
+            "--maxcount",
+            str(maxcount),
+        ],
         "shardprep write",
     )
     writer = run(
-        [python, "-c", WEBDATASET_FOLDER if folder else WEBDATASET_TEXT, str(source), str(outs["webdataset"]), str(maxcount)],
+        [
+            python,
+            "-c",
+            WEBDATASET_FOLDER if folder else WEBDATASET_TEXT,
+            str(source),
+            str(outs["webdataset"]),
+            str(maxcount),
+        ],
         "webdataset ShardWriter",
     )
     energon = shutil.which("energon", path=str(Path(python).parent)) or "energon"
     prepare = run(
-        [energon, "prepare", str(outs["webdataset"]), "--non-interactive", "--split-ratio", "1,0,0",
-         "--sample-type", "CrudeWebdataset", "--no-progress"],
+        [
+            energon,
+            "prepare",
+            str(outs["webdataset"]),
+            "--non-interactive",
+            "--split-ratio",
+            "1,0,0",
+            "--sample-type",
+            "CrudeWebdataset",
+            "--no-progress",
+        ],
         "energon prepare",
     )
-    floor = run([python, "-c", FLOOR_FOLDER if folder else FLOOR_TEXT, str(source), str(outs["floor"])], "floor")
+    floor = run(
+        [python, "-c", FLOOR_FOLDER if folder else FLOOR_TEXT, str(source), str(outs["floor"])], "floor"
+    )
     size = input_bytes(source)
     their_wall = writer.wall_seconds + prepare.wall_seconds
     rows = [
         ("shardprep write", ours.wall_seconds, output_bytes(outs["shardprep"]), ours.peak_tree_rss_mb),
         ("webdataset ShardWriter", writer.wall_seconds, None, writer.peak_tree_rss_mb),
         ("energon prepare", prepare.wall_seconds, None, prepare.peak_tree_rss_mb),
-        ("ShardWriter + energon prepare", their_wall, output_bytes(outs["webdataset"]),
-         max(writer.peak_tree_rss_mb, prepare.peak_tree_rss_mb)),
-        ("floor: read + write bytes", floor.wall_seconds, output_bytes(outs["floor"]), floor.peak_tree_rss_mb),
+        (
+            "ShardWriter + energon prepare",
+            their_wall,
+            output_bytes(outs["webdataset"]),
+            max(writer.peak_tree_rss_mb, prepare.peak_tree_rss_mb),
+        ),
+        (
+            "floor: read + write bytes",
+            floor.wall_seconds,
+            output_bytes(outs["floor"]),
+            floor.peak_tree_rss_mb,
+        ),
     ]
     print(f"\n{name}: {samples:,} samples, {size / MB:,.1f} MB of input ({source})")
     print(f"{'':32} {'wall s':>8} {'samples/s':>11} {'MB/s':>8} {'output MB':>10} {'peak RSS MB':>12}")
@@ -172,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=50_000, help="image records (0 to skip)")
     parser.add_argument("--maxcount", type=int, default=10_000, help="samples per shard for both writers")
     parser.add_argument("--cache", type=Path, default=DEFAULT_ROOT, help="where inputs are cached")
-    parser.add_argument("--work", type=Path, default=None, help="where outputs go (default: CACHE/write-work)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="where outputs go (default: CACHE/write-work)"
+    )
     args = parser.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     work = args.work or args.cache / "write-work"

@@ -313,10 +313,16 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tools.measure",
         description="Run a command and print its wall time, CPU time and peak memory of its process tree.",
     )
-    parser.add_argument("--interval-ms", type=float, default=20.0, help="sampling period of /proc (default 20)")
-    parser.add_argument("--no-pss", action="store_true", help="sample RSS only (cheaper; PSS reported as RSS)")
+    parser.add_argument(
+        "--interval-ms", type=float, default=20.0, help="sampling period of /proc (default 20)"
+    )
+    parser.add_argument(
+        "--no-pss", action="store_true", help="sample RSS only (cheaper; PSS reported as RSS)"
+    )
     parser.add_argument("--show-output", action="store_true", help="let the command's stdout through")
-    parser.add_argument("--no-launcher", action="store_true", help="fork the command directly, not via GNU time")
+    parser.add_argument(
+        "--no-launcher", action="store_true", help="fork the command directly, not via GNU time"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -51,10 +51,14 @@ def prompt_completion_records(count: int, seed: int = 0) -> Iterator[dict[str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=1000, help="number of documents")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, required=True, help="JSONL file to write ({'text': ...} per line)")
+    parser.add_argument(
+        "--output", type=Path, required=True, help="JSONL file to write ({'text': ...} per line)"
+    )
     args = parser.parse_args(argv)
     with args.output.open("w") as out:
         for text in documents(args.count, args.seed):

@@ -47,8 +47,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2000):  # noqa: ANN2
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input", type=Path, nargs="*", default=[], help="text or JSONL files (default: pseudo-text)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--input", type=Path, nargs="*", default=[], help="text or JSONL files (default: pseudo-text)"
+    )
     parser.add_argument("--documents", type=int, default=5000, help="pseudo-text documents when no --input")
     parser.add_argument("--vocab-size", type=int, default=2000)
     parser.add_argument("--output", type=Path, required=True, help="where to write tokenizer.json")

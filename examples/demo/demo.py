@@ -1,6 +1,6 @@
 """shardprep in one minute: write shards with webdataset, prepare them with shardprep, load them with energon.
 
-    python examples/demo/demo.py [--out DIR]
+python examples/demo/demo.py [--out DIR]
 """
 
 from __future__ import annotations
@@ -24,11 +24,19 @@ def write_shards(root: Path, samples: int) -> None:
     with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples // 4, verbose=0) as writer:
         for i in range(samples):
             caption = CAPTIONS[i % len(CAPTIONS)]
-            writer.write({"__key__": f"{i:06d}", "txt": f"{caption} #{i}", "json": {"id": i, "words": len(caption.split())}})
+            writer.write(
+                {
+                    "__key__": f"{i:06d}",
+                    "txt": f"{caption} #{i}",
+                    "json": {"id": i, "words": len(caption.split())},
+                }
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, help="dataset folder (default: a temporary one)")
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
@@ -40,8 +48,21 @@ def main() -> None:
     write_shards(root, args.samples)
 
     print("2. Preparing them with shardprep (the same flags as energon prepare)")
-    command = [sys.executable, "-m", "prep", "prepare", str(root), "--non-interactive", "--split-ratio", "8,1,1",
-               "--sample-type", "TextSample", "--field-map", '{"text": "txt"}', "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "prep",
+        "prepare",
+        str(root),
+        "--non-interactive",
+        "--split-ratio",
+        "8,1,1",
+        "--sample-type",
+        "TextSample",
+        "--field-map",
+        '{"text": "txt"}',
+        "--no-progress",
+    ]
     print("   $ shardprep " + " ".join(command[3:]))
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     for name in sorted(p.name for p in (root / ".nv-meta").iterdir()):

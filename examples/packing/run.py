@@ -48,15 +48,30 @@ def jsonl_to_shards(jsonl: Path, folder: Path, per_shard: int) -> int:
     if writer is not None:
         writer.close()
     subprocess.run(
-        [sys.executable, "-m", "prep", "prepare", str(folder), "--non-interactive", "--split-ratio", "1,0,0",
-         "--crude", "--no-progress"],
-        cwd=REPO, check=True, stdin=subprocess.DEVNULL, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "prep",
+            "prepare",
+            str(folder),
+            "--non-interactive",
+            "--split-ratio",
+            "1,0,0",
+            "--crude",
+            "--no-progress",
+        ],
+        cwd=REPO,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
     )
     return count + 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keep", type=Path, help="work folder to keep (default: a temporary one)")
     parser.add_argument("--documents", type=int, default=2000)
     parser.add_argument("--seq-length", type=int, default=1024)
@@ -84,28 +99,40 @@ def main(argv: list[str] | None = None) -> int:
         samples = jsonl_to_shards(jsonl, shards, per_shard=500)
         print(f"{samples} documents -> {len(list(shards.glob('*.tar')))} shards in {shards}")
 
-        encoder = PackingTaskEncoder(tokenizer, args.seq_length, algorithm=args.algorithm, overlong="chunk",
-                                     pad_to_multiple_of=16)
+        encoder = PackingTaskEncoder(
+            tokenizer, args.seq_length, algorithm=args.algorithm, overlong="chunk", pad_to_multiple_of=16
+        )
         dataset = get_train_dataset(
-            shards, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1), batch_size=args.batch_size,
-            shuffle_buffer_size=None, max_samples_per_sequence=None, packing_buffer_size=args.buffer,
-            task_encoder=encoder, repeat=False,
+            shards,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1),
+            batch_size=args.batch_size,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            packing_buffer_size=args.buffer,
+            task_encoder=encoder,
+            repeat=False,
         )
         tokens = packs = batches = 0
         for batch in get_loader(dataset):
             if batches < 3:
-                print(f"\nbatch {batches}: input_ids {tuple(batch.input_ids.shape)}, {batch.num_packs} packs, "
-                      f"{batch.cu_seq_lens_q.numel() - 1} segments, max_length_q {batch.max_length_q}")
+                print(
+                    f"\nbatch {batches}: input_ids {tuple(batch.input_ids.shape)}, {batch.num_packs} packs, "
+                    f"{batch.cu_seq_lens_q.numel() - 1} segments, max_length_q {batch.max_length_q}"
+                )
                 print(f"  cu_seq_lens_q[:8] = {batch.cu_seq_lens_q[:8].tolist()}")
                 print(f"  position_ids[0, :8] = {batch.position_ids[0, :8].tolist()}")
                 print(f"  labels[0, :8] = {batch.labels[0, :8].tolist()}")
-                print(f"  documents of pack 0: {batch.document_keys[0][:6]}{' ...' if len(batch.document_keys[0]) > 6 else ''}")
+                print(
+                    f"  documents of pack 0: {batch.document_keys[0][:6]}{' ...' if len(batch.document_keys[0]) > 6 else ''}"
+                )
                 print(f"  text of its first document: {tokenizer.decode(batch.input_ids[0, :24])!r} ...")
             tokens += batch.num_tokens
             packs += batch.num_packs
             batches += 1
-        print(f"\n{batches} batches, {packs} packs of {args.seq_length} tokens, {tokens} real tokens: "
-              f"fill {100 * tokens / (packs * args.seq_length):.2f}%")
+        print(
+            f"\n{batches} batches, {packs} packs of {args.seq_length} tokens, {tokens} real tokens: "
+            f"fill {100 * tokens / (packs * args.seq_length):.2f}%"
+        )
     return 0
 
 

@@ -30,7 +30,9 @@ def cook_monolithic(sample: dict):  # noqa: ANN201
 
     from cookers.energon_aux_media import MediaSample
 
-    return MediaSample(**basic_sample_keys(sample), parts={"txt": sample["txt"]}, media={"jpg": sample["jpg"]})
+    return MediaSample(
+        **basic_sample_keys(sample), parts={"txt": sample["txt"]}, media={"jpg": sample["jpg"]}
+    )
 
 
 def MonolithicTaskEncoder():  # noqa: ANN201, N802
@@ -55,7 +57,9 @@ def make_inputs(root: Path) -> tuple[Path, Path]:
     corpus = root / "corpus.jsonl"
     with open(corpus, "w") as file:
         for i in range(300):
-            file.write(json.dumps({"doc": f"d{i // 3}", "text": f"Sentence {i % 3} of document {i // 3}."}) + "\n")
+            file.write(
+                json.dumps({"doc": f"d{i // 3}", "text": f"Sentence {i % 3} of document {i // 3}."}) + "\n"
+            )
     images = root / "images"
     images.mkdir()
     for i in range(24):
@@ -67,7 +71,9 @@ def make_inputs(root: Path) -> tuple[Path, Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
     args = parser.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="shardprep-write-"))
@@ -81,25 +87,50 @@ def main() -> None:
     worker_config = WorkerConfig(rank=0, world_size=1, num_workers=0)
 
     def load(path: Path, split: str = "train", **kwargs: object) -> list:
-        return list(get_loader(get_val_dataset(path, split_part=split, worker_config=worker_config, batch_size=None, **kwargs)))
+        return list(
+            get_loader(
+                get_val_dataset(
+                    path, split_part=split, worker_config=worker_config, batch_size=None, **kwargs
+                )
+            )
+        )
 
     print("1. JSONL text corpus, split 8/1/1 with every document's sentences in one split and one shard")
-    shardprep(str(corpus), str(root / "text"), "--part", "text=txt", "--split-ratio", "8,1,1", "--group-by", "doc",
-              "--group-contiguous", "--maxcount", "50", "--sample-type", "TextSample", "--field-map", '{"text": "txt"}')
+    shardprep(
+        str(corpus),
+        str(root / "text"),
+        "--part",
+        "text=txt",
+        "--split-ratio",
+        "8,1,1",
+        "--group-by",
+        "doc",
+        "--group-contiguous",
+        "--maxcount",
+        "50",
+        "--sample-type",
+        "TextSample",
+        "--field-map",
+        '{"text": "txt"}',
+    )
     for sample in load(root / "text", "val")[:3]:
         print(f"   val sample {sample.__key__}: {sample.text!r}")
 
     print("2. Image-caption folder, monolithic (jpg and txt parts in the shards)")
     shardprep(str(images), str(root / "mono"), "--maxcount", "10")
     first = load(root / "mono", task_encoder=MonolithicTaskEncoder())[0]
-    print(f"   {first.__key__}: caption {first.parts['txt']!r}, image tensor {tuple(first.media['jpg'].shape)}")
+    print(
+        f"   {first.__key__}: caption {first.parts['txt']!r}, image tensor {tuple(first.media['jpg'].shape)}"
+    )
 
     print("3. The same folder, polylithic (images in an auxiliary folder, names in the shards)")
     shardprep(str(images), str(root / "poly"), "--media-column", "jpg", "--maxcount", "10")
     print("   " + (root / "poly" / "metadataset.yaml").read_text().replace("\n", "\n   "))
     joined = load(root / "poly" / "metadataset.yaml", task_encoder=AuxMediaTaskEncoder())
     for sample in joined[:3]:
-        print(f"   {sample.__key__}: caption {sample.parts['txt']!r}, image tensor {tuple(sample.media['jpg'].shape)}")
+        print(
+            f"   {sample.__key__}: caption {sample.parts['txt']!r}, image tensor {tuple(sample.media['jpg'].shape)}"
+        )
     print(f"   {len(joined)} joined samples loaded; outputs in {root}")
 
 
