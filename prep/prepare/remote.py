@@ -18,8 +18,10 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
-   in the upload leaves a dataset energon calls not prepared, never a mixed one. A failure before the
-   upload leaves the bucket as it was.
+   in the upload leaves a dataset energon calls not prepared, never a mixed one. Where the bucket holds
+   no index, the `.tar.idx` files go up while sqlite finishes the index (`BucketShards.indexed`), and a
+   run that fails before its upload deletes them again. A failure before the upload leaves the bucket
+   as it was.
 
 Nothing locks the bucket: the local lock covers only the folder under `--tmp-path`, so two prepares of
 one bucket dataset at once are the user's to avoid.
@@ -47,7 +49,7 @@ from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import RangedObject
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, open_store
-from prep.storage.upload import upload_dataset
+from prep.storage.upload import EarlyUpload, upload_dataset, upload_early
 from prep.tar.fields import BLOCK
 from prep.tar.scan import SMALL_MEMBER_STRIDE, HeaderWalker, RangedHeaderWalker, check_not_compressed
 
@@ -110,6 +112,10 @@ class BucketShards:
         self.store = store
         self.objects: dict[str, ObjectInfo] = {}
         self.resume_folder = resume_folder or resume_folder_for(store.address, None)
+        #: A local folder for `indexed` to link the `.tar.idx` files into (None: they go up at the end).
+        self.early_folder: Path | None = None
+        #: The `.tar.idx` files on their way up while the index is finished, if `indexed` began that.
+        self.early: EarlyUpload | None = None
 
     def list_objects(self) -> list[ObjectInfo]:
         listed = self.store.list()
@@ -157,6 +163,23 @@ class BucketShards:
 
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         return self.store.read(shard, offset, size)
+
+    def indexed(self, tar_indexes: dict[str, Path]) -> None:
+        """Begin uploading the `.tar.idx` files, while sqlite finishes the index, where the bucket holds no
+        prepared dataset (`upload_early`); they are read from hard links in `early_folder`, since the staged
+        files are renamed when the index is committed. Without links (another file system), they go up at
+        the end."""
+        if self.early_folder is None:
+            return
+        links = {}
+        try:
+            for name, staged in tar_indexes.items():
+                links[name] = self.early_folder / name
+                links[name].parent.mkdir(parents=True, exist_ok=True)
+                os.link(staged, links[name])
+        except OSError:
+            return
+        self.early = upload_early(self.store, links, self.objects)
 
     def checkpoint(self) -> ShardCheckpoint:
         """The shards' rows kept in `resume_folder`, each keyed by the shard's size and ETag as listed."""
@@ -240,12 +263,18 @@ def prepare_remote(
     store = store or open_store(address)
     source = BucketShards(store, resume_folder_for(address, tmp_path))
     with scratch_folder(tmp_path, "prepare") as root:
+        source.early_folder = root.parent / "uploading"
         _copy_existing_meta(source, root)
-        shard_counts = prepare(root, options, wizard, progress, source=source)
+        try:
+            shard_counts = prepare(root, options, wizard, progress, source=source)
+        except BaseException:
+            if source.early is not None:  # a bucket that held no index holds none of this run's files
+                source.early.withdraw()
+            raise
         if shard_counts is not None:
             built = [tar_index_name(shard) for shard in shard_counts]
             built += [f"{META_DIR}/{path.name}" for path in (root / META_DIR).iterdir() if path.is_file()]
-            upload_dataset(store, root, built)
+            upload_dataset(store, root, built, source.early)
             source.checkpoint().remove()  # what an interrupted run kept is for an index now uploaded
             shutil.rmtree(source.resume_folder, ignore_errors=True)
         return shard_counts

@@ -61,6 +61,7 @@ from prep.index.format import (
     INFO_YAML,
     SAMPLE_LOADER_PY,
     SPLIT_YAML,
+    tar_index_name,
 )
 from prep.index.lock import dataset_lock
 from prep.index.media import add_media_metadata, skipped_av_warning
@@ -131,6 +132,10 @@ class ShardSource(Protocol):
 
     def checkpoint(self) -> ShardCheckpoint:
         """Where `--resume` keeps the shards' rows, and what says a shard is unchanged."""
+
+    def indexed(self, tar_indexes: dict[str, Path]) -> None:
+        """Every shard was indexed without a problem: `tar_indexes` gives each `.tar.idx` (its name in the
+        dataset: the staged file, renamed when the index is committed). Called while the index is finished."""
 
 
 @dataclass(frozen=True)
@@ -539,6 +544,8 @@ def _insert_rows(
                 staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
         if errors:
             raise errors_report(errors, "problems; nothing was written and the previous index is untouched:")
+        if staged.source is not None:  # (a bucket's source uploads the `.tar.idx` files meanwhile)
+            staged.source.indexed(dict(zip(map(tar_index_name, shards), map(Path, tar_indexes), strict=True)))
         # sqlite builds the indexes without holding the GIL: meanwhile load what writes the YAML files.
         loading = threading.Thread(target=importlib.import_module, args=("yaml",), daemon=True)
         loading.start()

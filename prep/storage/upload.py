@@ -12,6 +12,7 @@ after every `.info.json`. A run that fails on the way leaves a dataset energon r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -76,11 +77,59 @@ def _replaced_markers(names: list[str]) -> list[str]:
     return replaced
 
 
-def upload_dataset(store: ObjectStore, root: Path, names: list[str]) -> None:
+class EarlyUpload:
+    """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
+    while sqlite finishes the index), begun by `upload_early`; `upload_dataset` waits for them, and a run
+    that fails before that calls `withdraw`."""
+
+    def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
+        self.store = store
+        self.names = set(files)
+        self._pool = ThreadPoolExecutor(min(UPLOAD_THREADS, max(1, len(files))), "shardprep-upload")
+        self._uploads = {
+            name: self._pool.submit(store.upload_file, name, path) for name, path in files.items()
+        }
+
+    def wait(self) -> None:
+        """Return once every file is up; the first StorageError is raised."""
+        try:
+            for upload in self._uploads.values():
+                upload.result()
+        finally:
+            self._pool.shutdown(cancel_futures=True)
+
+    def withdraw(self) -> None:
+        """Stop, and delete what went up (as far as the bucket lets: this runs on the way out of a failed
+        run, whose own error is the one to report)."""
+        self._pool.shutdown(cancel_futures=True)
+        for name, upload in self._uploads.items():
+            if upload.done() and not upload.cancelled() and upload.exception() is None:
+                try:
+                    self.store.delete(name)
+                except StorageError:
+                    pass
+
+
+def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[str]) -> EarlyUpload | None:
+    """Begin uploading the `.tar.idx` files `files` (name: local path) before the rest of their index is
+    finished, if that cannot mislead a reader: only where no marker is among the names `present` in the
+    bucket (a prepared dataset's old `.tar.idx` files must stay until its markers are withdrawn; without
+    markers nothing reads them). None, and nothing begun, otherwise."""
+    if markers(list(present)) or not all(name.endswith(TAR_INDEX_SUFFIX) for name in files):
+        return None
+    return EarlyUpload(store, files)
+
+
+def upload_dataset(
+    store: ObjectStore, root: Path, names: list[str], early: EarlyUpload | None = None
+) -> None:
     """Upload the files `names` (relative to `root`) to the same names below the store's address: the old
-    markers it replaces deleted first, then `upload_order`; big files in parts. An error says what a
-    reader now sees."""
+    markers it replaces deleted first, then `upload_order`; big files in parts. Those `early` is uploading
+    are waited for instead. An error says what a reader now sees."""
     try:
+        if early is not None:
+            early.wait()
+            names = [name for name in names if name not in early.names]
         for name in _replaced_markers(names):
             if store.exists(name):
                 store.delete(name)

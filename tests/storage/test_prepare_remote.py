@@ -11,7 +11,7 @@ import pytest
 from prep.errors import PrepError
 from prep.prepare import remote
 from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
-from prep.prepare.run import PrepareOptions
+from prep.prepare.run import PrepareOptions, Unattended
 from prep.storage.address import parse_address
 from prep.storage.store import ObjectStore, open_store
 from tests.support.prepare import prepared_outputs, run_shardprep, twin
@@ -109,6 +109,43 @@ def test_only_the_first_shard_is_probed_and_shards_like_it_cost_one_request(s3, 
     reads.clear()
     prepare_remote("s3://probed/big-first", options, tmp_path=tmp_path / "scratch")
     assert all(reads.count(f"a-{shard}.tar") > 1 for shard in range(4)), "a shard of small members not probed"
+
+
+class InterruptedAtDatasetYaml(Unattended):
+    """A user who presses Ctrl-C at the dataset.yaml question, after the shards were indexed."""
+
+    def dataset_definition(self, staged):
+        raise KeyboardInterrupt
+
+
+def test_a_run_stopped_after_indexing_leaves_the_bucket_as_it_was(s3, tmp_path):
+    """The `.tar.idx` files go up while the index is finished, where the bucket holds no index: a run
+    stopped after that deletes them again. Over a prepared dataset they wait for the upload, so its old
+    `.tar.idx` files are untouched until its markers are withdrawn."""
+    source = tmp_path / "src"
+    for shard in range(3):
+        write_tarfile(source / f"s-{shard}.tar", sample_members(f"s{shard}-", 20))
+    s3.make_bucket("stopped")
+    s3.upload_folder(source, "stopped", "ds")
+    options = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset", force_overwrite=True)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_remote("s3://stopped/ds", options, InterruptedAtDatasetYaml(options))
+    assert s3.keys("stopped") == ["ds/s-0.tar", "ds/s-1.tar", "ds/s-2.tar"]
+
+    prepare_remote("s3://stopped/ds", options)
+    before = {
+        key: s3.client().get_object(Bucket="stopped", Key=key)["Body"].read() for key in s3.keys("stopped")
+    }
+    write_tarfile(source / "s-0.tar", sample_members("s0-", 7))  # a changed shard: a different .tar.idx
+    s3.upload_folder(source, "stopped", "ds")
+    with pytest.raises(KeyboardInterrupt):
+        prepare_remote("s3://stopped/ds", options, InterruptedAtDatasetYaml(options))
+    after = {
+        key: s3.client().get_object(Bucket="stopped", Key=key)["Body"].read() for key in s3.keys("stopped")
+    }
+    assert {key: value for key, value in after.items() if not key.endswith(".tar")} == {
+        key: value for key, value in before.items() if not key.endswith(".tar")
+    }
 
 
 def test_shard_errors_name_the_shard_and_offset_as_locally(s3, tmp_path):
