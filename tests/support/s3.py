@@ -35,10 +35,12 @@ def free_port() -> int:
 class S3Server:
     """moto's S3 server on `127.0.0.1:port`, in a child process of its own process group."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, counted: bool = False) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = log
+        #: Run `tests.support.moto_counted` (which counts the bytes it sends, see `bytes_sent`), not moto.server.
+        self.counted = counted
         self.process: subprocess.Popen | None = None
 
     @property
@@ -52,8 +54,10 @@ class S3Server:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
+            module = "tests.support.moto_counted" if self.counted else "moto.server"
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                [sys.executable, "-m", module, "-H", "127.0.0.1", "-p", str(self.port)],
+                cwd=Path(__file__).resolve().parents[2],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -70,6 +74,13 @@ class S3Server:
                 time.sleep(0.05)
         self.stop()
         raise RuntimeError("moto server did not answer within 30 s")
+
+    def bytes_sent(self) -> int:
+        """The bytes of response bodies the server has sent so far (a `counted` server only)."""
+        from tests.support.moto_counted import COUNT_PATH
+
+        with urllib.request.urlopen(self.endpoint + COUNT_PATH, timeout=10) as answer:
+            return int(answer.read())
 
     def stop(self) -> None:
         """End the server (its whole process group) and wait for it."""
@@ -123,6 +134,15 @@ class S3Server:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             found += [entry["Key"] for entry in page.get("Contents", ())]
         return sorted(found)
+
+    def delete_keys(self, bucket: str, keys: list[str]) -> None:
+        client = self.client()
+        for start in range(0, len(keys), 1000):
+            objects = [{"Key": key} for key in keys[start : start + 1000]]
+            client.delete_objects(Bucket=bucket, Delete={"Objects": objects})
+
+    def delete_prefix(self, bucket: str, prefix: str) -> None:
+        self.delete_keys(bucket, self.keys(bucket, prefix + "/"))
 
     def msc_config(self, path: Path, profile: str, bucket: str) -> Path:
         """A multi-storage-client config with `profile` on `bucket` of this server."""
