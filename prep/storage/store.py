@@ -19,8 +19,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from prep.errors import PrepError
@@ -33,6 +35,13 @@ S3_PROVIDER_TYPES = ("s3", "s8k", "ais_s3", "gcs_s3")
 #: Objects up to this size go up in one PUT; bigger ones in parts of `PART_SIZE` (S3's minimum is 5 MiB).
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
+#: S3 takes at most this many parts per upload: a bigger file goes up in bigger parts.
+MAX_PARTS = 10_000
+#: Parts of one file on their way up at once (and held in memory: this times the part size).
+PART_THREADS = 4
+#: How long the server may take to answer the request that finishes a multipart upload: it joins the parts
+#: first (S3 says that can take minutes, and keeps the connection alive meanwhile; other servers do not).
+COMPLETE_READ_TIMEOUT = 15 * 60.0
 #: S3 error codes worth another try (besides any 5xx answer).
 _TRANSIENT_CODES = frozenset(
     {"SlowDown", "RequestTimeout", "Throttling", "ThrottlingException", "InternalError"}
@@ -267,27 +276,35 @@ class ObjectStore:
                 self.put(name, file.read())
             return
         key, url = self.key(name), self.url(name)
+        part_size = max(self.part_size, -(-size // MAX_PARTS))
         created = self._call(
             f"start a multipart upload of {url}",
             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key),
         )
         upload_id = created["UploadId"]
+
+        def upload_part(number: int, offset: int, chunk: bytes) -> dict[str, Any]:
+            answer = self._call(
+                f"upload {url} bytes {offset}-{offset + len(chunk) - 1} (part {number})",
+                lambda: self.client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
+                ),
+            )
+            return {"PartNumber": number, "ETag": answer["ETag"]}
+
         try:
-            parts = []
-            with open(path, "rb") as file:
-                for number, offset in enumerate(range(0, size, self.part_size), 1):
-                    chunk = file.read(self.part_size)
-                    what = f"upload {url} bytes {offset}-{offset + len(chunk) - 1} (part {number})"
-                    answer = self._call(
-                        what,
-                        lambda n=number, c=chunk: self.client.upload_part(
-                            Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=c
-                        ),
-                    )
-                    parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+            parts: list[dict[str, Any]] = []
+            with open(path, "rb") as file, ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
+                going: deque[Future[dict[str, Any]]] = deque()
+                for number, offset in enumerate(range(0, size, part_size), 1):
+                    if len(going) == PART_THREADS:  # at most PART_THREADS parts read and not yet up
+                        parts.append(going.popleft().result())
+                    going.append(pool.submit(upload_part, number, offset, file.read(part_size)))
+                parts += [part.result() for part in going]
+            finishing = client_for(replace(self.spec, read_timeout=COMPLETE_READ_TIMEOUT))
             self._call(
                 f"finish the multipart upload of {url}",
-                lambda: self.client.complete_multipart_upload(
+                lambda: finishing.complete_multipart_upload(
                     Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
                 ),
             )
@@ -331,7 +348,7 @@ class ObjectStore:
                 if attempt == len(delays) or elapsed + delays[attempt] > self.retry.budget:
                     raise StorageError(
                         f"Could not {what} after {attempt + 1} attempt{'s' if attempt else ''} over {elapsed:.1f} s:"
-                        f" {_describe(error)}. Check that the storage endpoint ({self.endpoint}) is up"
+                        f" {_describe(error).rstrip('.')}. Check that the storage endpoint ({self.endpoint}) is up"
                         " and reachable, then run again."
                     ) from None
                 time.sleep(delays[attempt])
