@@ -21,6 +21,7 @@ import click
 from prep import __version__
 from prep.engines import ENGINES, LOCAL
 from prep.errors import PrepError
+from prep.progress import time_left
 from prep.storage.address import is_remote
 
 # name -> "module:attribute" of a click command. Commands register here, one line each.
@@ -197,9 +198,9 @@ class Pace:
         parts = [f"{done:,}/{total:,} {self.what}"]
         if samples is not None:
             parts.append(f"{(samples - reused_samples) / elapsed:,.0f} samples/s")
-        worked, left = done - reused_done, total - done - (reused_all - reused_done)
-        if worked > 0 and left > 0:
-            parts.append(f"ETA {duration(elapsed / worked * left)}")
+        left = time_left(elapsed, done, total, (reused_done, reused_all))
+        if left is not None:
+            parts.append(f"ETA {duration(left)}")
         return ", ".join(parts)
 
 

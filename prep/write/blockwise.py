@@ -118,8 +118,10 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
         )
         planner = ShardPlanner(options.limits)
         seen: set[str] = set()
+        reused, reusable = 0, len(jobs) - len(missing)
         run.stage("encoding blocks", 0, len(jobs))
         for job, saved in zip(jobs, kept, strict=True):
+            reused += saved is not None
             done = saved if saved is not None else next(fresh)
             _check_block(run, done, seen)
             if saved is None and checkpoint is not None:
@@ -127,7 +129,7 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
             planner.add(done)
             run.samples += done.records
             run.bytes += sum(sum(segment.sizes) for segment in done.segments.values())
-            run.stage("encoding blocks", job.number + 1, len(jobs))
+            run.stage("encoding blocks", job.number + 1, len(jobs), (reused, reusable))
         shards = planner.finish()
         slots = [build.reserve_shard(shard.split, options.split_folder(shard.split)) for shard in shards]
         assembly = [
@@ -139,9 +141,11 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
         finished = [checkpoint.assembled(job) if checkpoint else None for job in assembly]
         missing = [(job,) for job, saved in zip(assembly, finished, strict=True) if saved is None]
         written = mapper(assemble_shard, missing, what="writing shards", name=lambda task: task[0].shard)
+        reused, reusable = 0, len(assembly) - len(missing)
         run.stage("writing shards", 0, len(slots))
         last_use = {piece.segment: number for number, job in enumerate(assembly) for piece in job.pieces}
         for number, (slot, job, saved) in enumerate(zip(slots, assembly, finished, strict=True)):
+            reused += saved is not None
             result = saved if saved is not None else next(written)
             if saved is None and checkpoint is not None:
                 checkpoint.save_assembled(job, result)
@@ -151,7 +155,7 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
                     del last_use[piece.segment]
                     Path(piece.segment).unlink()
                     Path(piece.rows_path).unlink()
-            run.stage("writing shards", number + 1, len(slots))
+            run.stage("writing shards", number + 1, len(slots), (reused, reusable))
     _remove_segments(Path(folder))
 
 

@@ -48,6 +48,7 @@ from prep.index.meta import is_prepared
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
 from prep.processes import in_child, worker_count
+from prep.progress import time_left
 from prep.tar.fields import END_OF_ARCHIVE
 from prep.write.blockwise import engine_map, refusal, write_in_blocks
 from prep.write.build import DatasetBuild, ShardSlot
@@ -179,14 +180,15 @@ class WriteRun:
                 WriteProgress(self.samples, self.bytes, self.rejects, time.perf_counter() - self.started)
             )
 
-    def stage(self, stage: str, done: int, total: int) -> None:
+    def stage(self, stage: str, done: int, total: int, reused: tuple[int, int] = (0, 0)) -> None:
         """Tell the progress callback that `done` of the `total` pieces of `stage` are done (0 when the
-        stage starts)."""
+        stage starts); `reused` is (pieces taken from an earlier run so far, such pieces in all), which
+        the stage's pace leaves out."""
         now = time.perf_counter()
         if done == 0:
             self._stage_started = now
         if self.progress is not None:
-            eta = (now - self._stage_started) / done * (total - done) if done else None
+            eta = time_left(now - self._stage_started, done, total, reused)
             seconds = now - self.started
             self.progress(
                 WriteProgress(self.samples, self.bytes, self.rejects, seconds, stage, done, total, eta)

@@ -54,7 +54,7 @@ def test_progress_counts_each_stage_and_gives_an_eta(tmp_path: Path, monkeypatch
     shards = [(done, total) for stage, done, total in stages if stage == "writing shards"]
     assert len(encoding) > 5 and encoding == list(range(len(encoding)))
     assert shards == [(done, 10) for done in range(11)]
-    assert all(state.eta is not None for state in seen if state.stage and state.done)
+    assert all(state.eta is not None for state in seen if state.stage and 0 < state.done < state.total)
     write_dataset(open_sources([path]), tmp_path / "one", maxcount=30)
     assert written(tmp_path / "out") == written(tmp_path / "one")
 

@@ -118,3 +118,27 @@ def test_a_media_file_changed_since_is_read_again(tmp_path: Path, monkeypatch) -
     assert resumed.resumed is not None and resumed.resumed[2] > 0  # some blocks were reused
     write_dataset(open_sources([source]), tmp_path / "clean", **options)
     assert written(tmp_path / "out") == written(tmp_path / "clean")
+
+
+def test_pieces_reused_are_left_out_of_the_stage_eta(tmp_path: Path, monkeypatch) -> None:
+    """Blocks an earlier run encoded come back at once: they count as done, but a pace taken from them
+    would promise the rest as quickly, so until a block is worked on here the stage has no ETA."""
+    from prep.write import blockwise
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 64)
+    rows = [{"n": i, "img": "late.jpg" if i == 29 else None} for i in range(30)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    options = {"parts": ["n=txt", "img=jpg"], "num_workers": 1, "maxcount": 5}
+    with pytest.raises(PrepError, match="missing media file"):
+        write_dataset(open_sources([source]), tmp_path / "out", resume=True, **options)
+    (tmp_path / "late.jpg").write_bytes(b"LATE")
+    seen = []
+    resumed = write_dataset(
+        open_sources([source]), tmp_path / "out", resume=True, progress=seen.append, **options
+    )
+    assert resumed.resumed is not None and resumed.resumed[2] == resumed.resumed[3] - 1  # all but the last
+    encoding = [state for state in seen if state.stage == "encoding blocks" and state.done]
+    assert len(encoding) > 3 and all(state.eta is None for state in encoding)
+    shards = [state for state in seen if state.stage == "writing shards" and 0 < state.done < state.total]
+    assert shards and all(state.eta is not None for state in shards)  # worked on here: a pace, an ETA
