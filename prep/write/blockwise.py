@@ -19,7 +19,7 @@ other machines need OUT_DIR on a shared filesystem at the same path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,13 +47,19 @@ def engine_map(options: WriteOptions, workers: int) -> Iterator[Mapper]:
     """The map the options ask for, as `mapper(function, tasks, what=..., name=...)`: worker processes
     here, or Ray tasks on one Ray instance or cluster for the whole `with` block."""
     if options.engine == LOCAL:
+        maps: list[Generator] = []
 
         def local(
             function: Callable, tasks: Sequence[tuple], *, what: str, name: Callable = repr
         ) -> Iterator:
-            return ordered_map(function, tasks, workers, what=what)
+            maps.append(ordered_map(function, tasks, workers, what=what))
+            return maps[-1]
 
-        yield local
+        try:
+            yield local
+        finally:  # the workers end with the block, not when an error's traceback lets go of the map
+            for mapped in maps:
+                mapped.close()
         return
     from prep.engines.ray_cluster import RayEngine  # Ray is slow to import: only for --engine ray
 

@@ -110,3 +110,25 @@ def test_a_lone_cr_near_the_end_of_a_last_line_splits_it_as_one_pass_does(
     write_dataset(open_sources([path]), tmp_path / "blocks", resume=True)
     write_dataset(open_sources([path]), tmp_path / "one")
     assert written(tmp_path / "blocks") == written(tmp_path / "one")
+
+
+def test_a_bad_record_ends_the_block_workers_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error about a bad record holds the frames that hold the map of blocks: its workers must end
+    when the write does, not when that error is let go of (they could write into a removed staging)."""
+    import os
+
+    from prep.write import BadInputError, blockwise
+    from tests.support.leftovers import processes_where
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 2000)
+    path = tmp_path / "in.jsonl"
+    lines = [f'{{"text": "record {i} {"x" * 40}"}}\n' for i in range(3000)]
+    lines[40] = "{not json\n"
+    path.write_text("".join(lines))
+    before = set(processes_where(1, os.getpid()))
+    with pytest.raises(BadInputError, match="in.jsonl:41") as raised:
+        write_dataset(open_sources([path]), tmp_path / "out", resume=True, num_workers=2)
+    assert set(processes_where(1, os.getpid())) <= before, "block workers outlived the write"
+    assert raised.traceback  # (the error, frames and all, is still held here)
