@@ -15,9 +15,11 @@ Datasets (made here, or the text one given by `--dataset`, as `tools.bench_scale
 - ``docs``: one text part of ``--doc-bytes`` per sample;
 - ``big``: a ``--big-bytes`` binary part and a small JSON part per sample.
 
-Printed per dataset: wall time and samples/s of each tool, the ratio, and bytes read as a % of the shards'
-size. moto is a Python server, far slower than a real object store, and the machine may be shared: the
-figures compare the two tools under the same server, they do not predict S3's absolute speed.
+Printed per dataset: wall time and samples/s of each tool, the ratio, bytes read as a % of the shards'
+size, and the CPU time the server spent meanwhile. moto is a Python server, far slower than a real object
+store, and it runs on the same machine as the tool it serves: on a machine of few cores its CPU time is
+taken from the tool's (a real store's is not), which weighs on the faster tool most. The figures compare
+the two tools under the same server; they do not predict S3's absolute speed.
 
     python -m tools.bench_s3
     python -m tools.bench_s3 --text-shards 20 --text-samples-per-shard 5000 --datasets text,big
@@ -141,13 +143,13 @@ def bench_dataset(
     server.upload_folder(folder, BUCKET, name)
     print(f"  uploaded to the server in {time.perf_counter() - started:.1f} s", flush=True)
     for tool in tools:
-        sent = server.bytes_sent()
+        sent, busy = server.bytes_sent(), server.cpu_seconds()
         seconds = prepare(tool, f"msc://{PROFILE}/{name}", env, workers)
-        read = server.bytes_sent() - sent
+        read, busy = server.bytes_sent() - sent, server.cpu_seconds() - busy
         runs.append(Run(tool, name, samples, size, seconds, read))
         print(
             f"  {name:5s} {tool:9s} {seconds:8.2f} s  {samples / seconds:12,.0f} samples/s"
-            f"  read {read:,} B = {100 * read / size:6.2f}% of {size:,} B",
+            f"  read {read:,} B = {100 * read / size:6.2f}% of {size:,} B; the server's CPU {busy:.1f} s",
             flush=True,
         )
         if len(tools) == 2:

@@ -75,6 +75,12 @@ class S3Server:
         self.stop()
         raise RuntimeError("moto server did not answer within 30 s")
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (user and system)."""
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def bytes_sent(self) -> int:
         """The bytes of response bodies the server has sent so far (a `counted` server only)."""
         from tests.support.moto_counted import COUNT_PATH
