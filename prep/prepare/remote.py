@@ -19,9 +19,9 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
    in the upload leaves a dataset energon calls not prepared, never a mixed one. Where the bucket holds
-   no index, the `.tar.idx` files go up while sqlite finishes the index (`BucketShards.indexed`), and a
-   run that fails before its upload deletes them again. A failure before the upload leaves the bucket
-   as it was.
+   no index, the `.tar.idx` files go up as soon as every shard is indexed (`BucketShards.indexed`),
+   beside `index.sqlite` and the rest, and a run that fails before its upload deletes them again. A
+   failure before the upload leaves the bucket as it was.
 
 Nothing locks the bucket: the local lock covers only the folder under `--tmp-path`, so two prepares of
 one bucket dataset at once are the user's to avoid.
@@ -165,7 +165,7 @@ class BucketShards:
         return self.store.read(shard, offset, size)
 
     def indexed(self, tar_indexes: dict[str, Path]) -> None:
-        """Begin uploading the `.tar.idx` files, while sqlite finishes the index, where the bucket holds no
+        """Begin uploading the `.tar.idx` files, beside the rest of the index, where the bucket holds no
         prepared dataset (`upload_early`); they are read from hard links in `early_folder`, since the staged
         files are renamed when the index is committed. Without links (another file system), they go up at
         the end."""

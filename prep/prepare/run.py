@@ -33,10 +33,8 @@ talks on the terminal and asks energon's questions.
 
 from __future__ import annotations
 
-import importlib
 import os
 import stat
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -135,7 +133,8 @@ class ShardSource(Protocol):
 
     def indexed(self, tar_indexes: dict[str, Path]) -> None:
         """Every shard was indexed without a problem: `tar_indexes` gives each `.tar.idx` (its name in the
-        dataset: the staged file, renamed when the index is committed). Called while the index is finished."""
+        dataset: the staged file, renamed when the index is committed). Called before the rest of the
+        index is written and committed."""
 
 
 @dataclass(frozen=True)
@@ -544,13 +543,9 @@ def _insert_rows(
                 staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
         if errors:
             raise errors_report(errors, "problems; nothing was written and the previous index is untouched:")
-        if staged.source is not None:  # (a bucket's source uploads the `.tar.idx` files meanwhile)
+        if staged.source is not None:  # (a bucket's source uploads the `.tar.idx` files from here on)
             staged.source.indexed(dict(zip(map(tar_index_name, shards), map(Path, tar_indexes), strict=True)))
-        # sqlite builds the indexes without holding the GIL: meanwhile load what writes the YAML files.
-        loading = threading.Thread(target=importlib.import_module, args=("yaml",), daemon=True)
-        loading.start()
         writer.finish()
-        loading.join()
     staged.part_names = sorted(part_names)
     if staged.file_mode is not None:
         os.chmod(staging.meta_file(INDEX_SQLITE), staged.file_mode)

@@ -79,8 +79,8 @@ def _replaced_markers(names: list[str]) -> list[str]:
 
 class EarlyUpload:
     """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
-    while sqlite finishes the index), begun by `upload_early`; `upload_dataset` waits for them, and a run
-    that fails before that calls `withdraw`."""
+    while the rest of the index is written and uploaded), begun by `upload_early`; `upload_dataset` waits
+    for them before the markers, and a run that fails before its upload calls `withdraw`."""
 
     def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
         self.store = store
@@ -96,12 +96,16 @@ class EarlyUpload:
             for upload in self._uploads.values():
                 upload.result()
         finally:
-            self._pool.shutdown(cancel_futures=True)
+            self.stop()
+
+    def stop(self) -> None:
+        """Upload no more of the files, and return once those on their way are up (or failed)."""
+        self._pool.shutdown(cancel_futures=True)
 
     def withdraw(self) -> None:
         """Stop, and delete what went up (as far as the bucket lets: this runs on the way out of a failed
         run, whose own error is the one to report)."""
-        self._pool.shutdown(cancel_futures=True)
+        self.stop()
         for name, upload in self._uploads.items():
             if upload.done() and not upload.cancelled() and upload.exception() is None:
                 try:
@@ -125,21 +129,29 @@ def upload_dataset(
 ) -> None:
     """Upload the files `names` (relative to `root`) to the same names below the store's address: the old
     markers it replaces deleted first, then `upload_order`; big files in parts. Those `early` is uploading
-    are waited for instead. An error says what a reader now sees."""
+    go on meanwhile and are waited for before the markers. An error says what a reader now sees."""
     try:
         if early is not None:
-            early.wait()
             names = [name for name in names if name not in early.names]
         for name in _replaced_markers(names):
             if store.exists(name):
                 store.delete(name)
+        last = set(markers(names))
         for batch in upload_order(names):
+            if early is not None and batch[0] in last:
+                early.wait()
+                early = None
             with ThreadPoolExecutor(min(UPLOAD_THREADS, len(batch)), "shardprep-upload") as pool:
                 for done in [pool.submit(store.upload_file, name, root / name) for name in batch]:
                     done.result()
+        if early is not None:
+            early.wait()
     except StorageError as error:
         raise StorageError(
             f"{error} The upload stopped before the new {META_DIR}/{INFO_JSON}: energon sees no prepared"
             f" dataset at {store.address} (an older index there was withdrawn first, so none is mixed with"
             " the new files); run again."
         ) from None
+    finally:
+        if early is not None:  # stopped by a failure: no more of its files go up
+            early.stop()
