@@ -9,7 +9,7 @@ from prep.index.format import INFO_JSON, META_DIR
 from prep.prepare.run import prepare_dataset
 from prep.storage.address import parse_address
 from prep.storage.store import open_store
-from prep.storage.upload import upload_dataset
+from prep.storage.upload import upload_dataset, upload_early
 from tests.support.shards import sample_members, write_tarfile
 
 
@@ -42,3 +42,21 @@ def test_a_failure_mid_upload_over_an_old_dataset_leaves_it_unprepared_not_mixed
     (new / META_DIR / "split.yaml").write_text("fixed")
     upload_dataset(store, new, names)  # run again: the whole new dataset
     assert store.get(f"{META_DIR}/{INFO_JSON}") == (new / META_DIR / INFO_JSON).read_bytes()
+
+
+def test_offsets_going_up_early_are_waited_for_before_the_markers(s3, tmp_path):
+    """`.tar.idx` files sent up ahead of the rest (a bucket prepare's, while it writes the index) must all
+    be up before `.info.json` says the dataset is prepared: one that fails leaves no marker."""
+    s3.make_bucket("early")
+    store = open_store(parse_address("s3://early/ds"))
+    new = prepared(tmp_path / "new", 3, "c")
+    names = dataset_files(new)
+    offsets = {name: new / name for name in names if name.endswith(".tar.idx")}
+    offsets["shard-2.tar.idx"] = tmp_path / "gone.tar.idx"  # this one cannot go up
+    early = upload_early(store, offsets, present=[])
+    assert early is not None
+    with pytest.raises(OSError):
+        upload_dataset(store, new, names, early)
+    assert not store.exists(f"{META_DIR}/{INFO_JSON}")
+
+    assert upload_early(store, offsets, present=[f"{META_DIR}/{INFO_JSON}"]) is None  # a prepared dataset
