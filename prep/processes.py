@@ -228,10 +228,15 @@ def ordered_map(
 ) -> Iterator[Result]:
     """`function(*task)` for every task, in task order, on up to `workers` processes (in this process
     when `workers` is 1 or there is one task). `what` names the work in the error if a worker dies;
-    `preload` is a module each worker imports as it starts."""
+    `preload` is a module each worker imports as it starts. The workers end before the last result is
+    given: a caller that takes every result leaves none running, whether or not it asks for more."""
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
             yield function(*task)
         return
     with _Pool(workers, preload, what) as pool:
-        yield from pool.map(function, tasks)
+        results = pool.map(function, tasks)
+        for _ in range(len(tasks) - 1):
+            yield next(results)
+        last = next(results)
+    yield last

@@ -39,6 +39,18 @@ def test_results_come_in_task_order_whatever_order_workers_finish_in() -> None:
     assert list(ordered_map(square_slowly_in_reverse, tasks[:2], 1, what="squaring")) == results[:2]
 
 
+def test_the_workers_end_when_the_last_result_is_taken() -> None:
+    """A caller that takes exactly as many results as it gave tasks (and never asks for one more) must not
+    leave the workers running while it holds the map."""
+    tasks = [(number, 4) for number in range(4)]
+    before = set(processes_where(PARENT, os.getpid()))
+    mapped = ordered_map(square_slowly_in_reverse, tasks, 2, what="squaring")
+    taken = [next(mapped) for _ in tasks]
+    assert taken == [(number, number * number) for number in range(4)]
+    assert set(processes_where(PARENT, os.getpid())) <= before, "workers outlived the last result"
+    mapped.close()
+
+
 def test_a_worker_killed_mid_run_ends_it_with_an_error_naming_the_work() -> None:
     with pytest.raises(PrepError, match="A process writing shards died unexpectedly"):
         list(ordered_map(die_on_three, [(number,) for number in range(8)], 2, what="writing shards"))

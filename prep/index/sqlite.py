@@ -2,10 +2,10 @@
 
 `SqliteIndexWriter` builds a fresh index from each shard's `ShardRows` (one writer serves `prepare` and
 `write`): rows go in per shard in bulk, and the sample-key uniqueness energon relies on is enforced by the
-table. The secondary indexes are there from the start: rows come in the order they sort in (shard by
-shard, sample by sample), so each insert appends to them, which costs less than sorting every row into
-them at the end (10M samples: 13.7 s in all against 10.1 s of inserts and 8.9 s of index builds), and
-leaves nothing to do once the last shard is in. `IndexReader` holds every query anyone runs
+table. The secondary indexes are there from the start: rows come nearly in the order they sort in (shard
+by shard, sample by sample), so each insert lands at their end, which costs less than sorting every row
+into them afterwards (10M samples: 13.7 s in all against 10.1 s of inserts and 8.9 s of index builds),
+and leaves nothing to do once the last shard is in. `IndexReader` holds every query anyone runs
 against an index: row lookups (preview), whole columns (verify, info), and the joins a mount answers
 names and listings with, each a named method, over one read-only connection per thread.
 """
