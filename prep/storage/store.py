@@ -37,8 +37,11 @@ MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
 #: S3 takes at most this many parts per upload: a bigger file goes up in bigger parts.
 MAX_PARTS = 10_000
-#: Parts of one file on their way up at once (and held in memory: this times the part size).
+#: Parts of one file on their way up at once.
 PART_THREADS = 4
+#: Parts held in memory at once in this process, whatever the number of files going up together (an
+#: upload of 16 shards at a time would otherwise hold 16 x PART_THREADS parts).
+PARTS_IN_MEMORY = 8
 #: How long the server may take to answer the request that finishes a multipart upload: it joins the parts
 #: first (S3 says that can take minutes, and keeps the connection alive meanwhile; other servers do not).
 COMPLETE_READ_TIMEOUT = 15 * 60.0
@@ -116,7 +119,13 @@ def _loader(data_path: str | None) -> Any:
 #: This process's clients: (pid, spec) -> client. The pid keeps a forked child off its parent's client.
 _CLIENTS: dict[tuple[int, ClientSpec], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=lambda: globals().update(_CLIENTS_LOCK=threading.Lock()))
+#: One per part read into memory and not yet uploaded (see PARTS_IN_MEMORY).
+_PART_SLOTS = threading.BoundedSemaphore(PARTS_IN_MEMORY)
+os.register_at_fork(
+    after_in_child=lambda: globals().update(
+        _CLIENTS_LOCK=threading.Lock(), _PART_SLOTS=threading.BoundedSemaphore(PARTS_IN_MEMORY)
+    )
+)
 
 
 def client_for(spec: ClientSpec) -> Any:
@@ -284,22 +293,32 @@ class ObjectStore:
         upload_id = created["UploadId"]
 
         def upload_part(number: int, offset: int, chunk: bytes) -> dict[str, Any]:
-            answer = self._call(
-                f"upload {url} bytes {offset}-{offset + len(chunk) - 1} (part {number})",
-                lambda: self.client.upload_part(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
-                ),
-            )
+            try:
+                answer = self._call(
+                    f"upload {url} bytes {offset}-{offset + len(chunk) - 1} (part {number})",
+                    lambda: self.client.upload_part(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
+                    ),
+                )
+            finally:
+                slots.release()
             return {"PartNumber": number, "ETag": answer["ETag"]}
 
+        slots = _PART_SLOTS
         try:
             parts: list[dict[str, Any]] = []
             with open(path, "rb") as file, ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
                 going: deque[Future[dict[str, Any]]] = deque()
                 for number, offset in enumerate(range(0, size, part_size), 1):
-                    if len(going) == PART_THREADS:  # at most PART_THREADS parts read and not yet up
+                    if len(going) == PART_THREADS:  # this file's parts: PART_THREADS on their way at most
                         parts.append(going.popleft().result())
-                    going.append(pool.submit(upload_part, number, offset, file.read(part_size)))
+                    slots.acquire()  # all files' parts in memory: PARTS_IN_MEMORY at most
+                    try:
+                        chunk = file.read(part_size)
+                        going.append(pool.submit(upload_part, number, offset, chunk))
+                    except BaseException:
+                        slots.release()
+                        raise
                 parts += [part.result() for part in going]
             finishing = client_for(replace(self.spec, read_timeout=COMPLETE_READ_TIMEOUT))
             self._call(

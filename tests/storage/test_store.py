@@ -104,3 +104,29 @@ def test_an_object_shorter_than_its_listing_is_a_clear_error() -> None:
     shard = RangedObject(lambda offset, length: data[offset : offset + length], 2000, name="s.tar")
     with pytest.raises(StorageError, match=r"s\.tar changed while it was read: it was listed at 2,000 bytes"):
         shard[1500:1512]
+
+
+def test_files_going_up_together_hold_few_parts_in_memory(s3, tmp_path):
+    """Each multipart file reads PART_THREADS (4) parts ahead, and an upload sends 16 files at once: across
+    them no more than PARTS_IN_MEMORY (8) parts are held, 40 MiB here, not 12 files x 4 parts x 5 MiB."""
+    import time
+    import tracemalloc
+
+    from prep.storage.upload import upload_dataset
+
+    s3.make_bucket("held")
+    part = 5 << 20
+    store = open_store(parse_address("s3://held/x"), part_size=part, multipart_threshold=part + 1)
+    store.client.meta.events.register("before-parameter-build.s3.UploadPart", lambda **_: time.sleep(0.1))
+    names = [f"s{i}.tar" for i in range(12)]
+    block = os.urandom(1 << 20)
+    for name in names:
+        (tmp_path / name).write_bytes(block * 20)
+    tracemalloc.start()
+    try:
+        upload_dataset(store, tmp_path, names)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert store.get("s11.tar") == (tmp_path / "s11.tar").read_bytes()
+    assert peak < 120 << 20, f"{peak / 2**20:.0f} MiB of parts held at once"
