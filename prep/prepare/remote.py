@@ -9,9 +9,9 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
 2. each shard's headers walked by ranged GETs (`shard_rows_from_bucket`: `prep.storage.ranged` under
    `prep.tar.scan.RangedHeaderWalker`); a shard of small members is read whole instead and takes the
    vectorised scan. Finding that out costs two small requests before the whole read, so only the first
-   shard is probed: when its members are small, the others (shards of a dataset are alike) are read
-   whole in one request each, and a shard that has big members after all is indexed all the same, at
-   the cost of its bytes. The walk waits on the network and then on the GIL, so shards go in batches to
+   shard is probed (`has_small_members`), before any is scanned: when its members are small, every shard
+   (those of a dataset are alike) is read whole in one request, and one that has big members after all
+   is indexed all the same, at the cost of its bytes. The walk waits on the network and then on the GIL, so shards go in batches to
    `--num-workers` processes (`prep.processes.ordered_map`), each scanning its batch in a few threads
    with a client of its own; a small run, or one worker, stays in this process's threads;
 3. the index built and committed in the local folder, exactly as a local prepare builds it;
@@ -51,7 +51,7 @@ from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, open_store
 from prep.storage.upload import EarlyUpload, upload_dataset, upload_early
 from prep.tar.fields import BLOCK
-from prep.tar.scan import SMALL_MEMBER_STRIDE, HeaderWalker, RangedHeaderWalker, check_not_compressed
+from prep.tar.scan import HeaderWalker, RangedHeaderWalker, check_not_compressed
 
 #: Shards scanned at once in one process (I/O-bound threads; a shard of small members is held whole
 #: while scanned).
@@ -98,10 +98,18 @@ def shard_rows_from_bucket(
             fetched[0] += reader.fetched
 
 
-def has_small_members(rows: ShardRows) -> bool:
-    """Whether a shard's members take SMALL_MEMBER_STRIDE bytes or fewer each, on average (header and
-    padding included): then a shard like it is best read whole."""
-    return rows.end <= max(1, len(rows.part_sizes)) * SMALL_MEMBER_STRIDE
+def has_small_members(store: ObjectStore, shard: str, size: int | None) -> bool:
+    """Whether the first members of `shard` are small (`mostly_small_members`), from a small read or two
+    at its start: then shards like it are best read whole. False for a shard that cannot tell (missing,
+    compressed, not a tar): its scan says what is wrong with it."""
+    if size is None:
+        return False
+    reader = RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
+    try:
+        check_not_compressed(shard, reader[:BLOCK])
+        return RangedHeaderWalker(shard, reader).mostly_small_members()
+    except ShardError:
+        return False
 
 
 class BucketShards:
@@ -146,10 +154,8 @@ class BucketShards:
             jobs.append((shard, None if info is None else info.size, tar_file_id, False))
         if not jobs:
             return
-        first = _scan_one(self.store, *jobs[0])  # probed: does the dataset have small members?
-        yield first
-        whole = isinstance(first, ShardRows) and has_small_members(first)
-        jobs = [(shard, size, tar_file_id, whole) for shard, size, tar_file_id, _ in jobs[1:]]
+        whole = has_small_members(self.store, *jobs[0][:2])  # then the dataset's shards are read whole
+        jobs = [(shard, size, tar_file_id, whole) for shard, size, tar_file_id, _ in jobs]
         total = sum(size or 0 for _, size, _, _ in jobs)
         if workers <= 1 or len(jobs) <= WORKER_THREADS or total < MIN_BYTES_FOR_WORKERS:
             yield from _scanned_in_threads(self.store, jobs, SCAN_THREADS)
