@@ -20,8 +20,9 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
    in the upload leaves a dataset energon calls not prepared, never a mixed one. Where the bucket holds
    no index, the `.tar.idx` files go up as soon as every shard is indexed (`BucketShards.indexed`),
-   beside `index.sqlite` and the rest, and a run that fails before its upload deletes them again. A
-   failure before the upload leaves the bucket as it was.
+   beside `index.sqlite` and the rest, and a run that fails before its upload deletes them again (with
+   any an earlier failed run had left under their names): a failure before the upload leaves none of
+   the run's files in the bucket.
 
 Nothing locks the bucket: the local lock covers only the folder under `--tmp-path`, so two prepares of
 one bucket dataset at once are the user's to avoid.
@@ -186,6 +187,8 @@ class BucketShards:
         except OSError:
             return
         self.early = upload_early(self.store, links, self.objects)
+        if self.early is not None:
+            self.early.start()
 
     def checkpoint(self) -> ShardCheckpoint:
         """The shards' rows kept in `resume_folder`, each keyed by the shard's size and ETag as listed."""

@@ -13,7 +13,7 @@ after every `.info.json`. A run that fails on the way leaves a dataset energon r
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, METADATASET_YAML
@@ -84,11 +84,16 @@ class EarlyUpload:
 
     def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
         self.store = store
+        self.files = files
         self.names = set(files)
         self._pool = ThreadPoolExecutor(min(UPLOAD_THREADS, max(1, len(files))), "shardprep-upload")
-        self._uploads = {
-            name: self._pool.submit(store.upload_file, name, path) for name, path in files.items()
-        }
+        self._uploads: dict[str, Future[None]] = {}
+
+    def start(self) -> None:
+        """Begin the uploads (apart from making the object, so that whoever holds it can withdraw them
+        whenever an interruption comes)."""
+        for name, path in self.files.items():
+            self._uploads[name] = self._pool.submit(self.store.upload_file, name, path)
 
     def wait(self) -> None:
         """Return once every file is up; the first StorageError is raised."""
@@ -115,10 +120,10 @@ class EarlyUpload:
 
 
 def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[str]) -> EarlyUpload | None:
-    """Begin uploading the `.tar.idx` files `files` (name: local path) before the rest of their index is
-    finished, if that cannot mislead a reader: only where no marker is among the names `present` in the
-    bucket (a prepared dataset's old `.tar.idx` files must stay until its markers are withdrawn; without
-    markers nothing reads them). None, and nothing begun, otherwise."""
+    """An upload of the `.tar.idx` files `files` (name: local path), to `start` before the rest of their
+    index is finished, if that cannot mislead a reader: only where no marker is among the names `present`
+    in the bucket (a prepared dataset's old `.tar.idx` files must stay until its markers are withdrawn;
+    without markers nothing reads them). None otherwise."""
     if markers(list(present)) or not all(name.endswith(TAR_INDEX_SUFFIX) for name in files):
         return None
     return EarlyUpload(store, files)

@@ -55,6 +55,7 @@ def test_offsets_going_up_early_are_waited_for_before_the_markers(s3, tmp_path):
     offsets["shard-2.tar.idx"] = tmp_path / "gone.tar.idx"  # this one cannot go up
     early = upload_early(store, offsets, present=[])
     assert early is not None
+    early.start()
     with pytest.raises(OSError):
         upload_dataset(store, new, names, early)
     assert not store.exists(f"{META_DIR}/{INFO_JSON}")
