@@ -11,9 +11,10 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    vectorised scan. Finding that out costs two small requests before the whole read, so only the first
    shard is probed (`has_small_members`), before any is scanned: when its members are small, every shard
    (those of a dataset are alike) is read whole in one request, and one that has big members after all
-   is indexed all the same, at the cost of its bytes. The walk waits on the network and then on the GIL, so shards go in batches to
-   `--num-workers` processes (`prep.processes.ordered_map`), each scanning its batch in a few threads
-   with a client of its own; a small run, or one worker, stays in this process's threads;
+   is indexed all the same, at the cost of its bytes. The walk waits on the network and then on the
+   GIL, so shards go in batches to `--num-workers` processes (`prep.processes.ordered_map`), each
+   scanning its batch in a few threads with a client of its own; a small run, or one worker, stays in
+   this process's threads;
 3. the index built and committed in the local folder, exactly as a local prepare builds it;
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
@@ -123,7 +124,7 @@ class BucketShards:
         self.resume_folder = resume_folder or resume_folder_for(store.address, None)
         #: A local folder for `indexed` to link the `.tar.idx` files into (None: they go up at the end).
         self.early_folder: Path | None = None
-        #: The `.tar.idx` files on their way up while the index is finished, if `indexed` began that.
+        #: The `.tar.idx` files on their way up beside the rest of the index, if `indexed` began that.
         self.early: EarlyUpload | None = None
 
     def list_objects(self) -> list[ObjectInfo]:

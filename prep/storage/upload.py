@@ -79,8 +79,9 @@ def _replaced_markers(names: list[str]) -> list[str]:
 
 class EarlyUpload:
     """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
-    while the rest of the index is written and uploaded), begun by `upload_early`; `upload_dataset` waits
-    for them before the markers, and a run that fails before its upload calls `withdraw`."""
+    while the rest of the index is written and uploaded), made by `upload_early` and begun by `start`;
+    `upload_dataset` waits for them before the markers, and a run that fails before its upload calls
+    `withdraw`."""
 
     def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
         self.store = store
