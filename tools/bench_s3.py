@@ -140,7 +140,9 @@ def bench_dataset(
     size = shards_size(folder)
     runs, indexes = [], []
     started = time.perf_counter()
-    server.upload_folder(folder, BUCKET, name)
+    # The shards alone: tools.bench_scale prepares the scale dataset's folder in place, and its index
+    # must not come along.
+    server.upload_folder(folder, BUCKET, name, "*.tar")
     print(f"  uploaded to the server in {time.perf_counter() - started:.1f} s", flush=True)
     for tool in tools:
         sent, busy = server.bytes_sent(), server.cpu_seconds()

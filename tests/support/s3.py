@@ -113,10 +113,11 @@ class S3Server:
     def make_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
 
-    def upload_folder(self, folder: Path, bucket: str, prefix: str) -> list[str]:
-        """Every file below `folder` as an object under `bucket/prefix/`; the keys written."""
+    def upload_folder(self, folder: Path, bucket: str, prefix: str, pattern: str = "*") -> list[str]:
+        """Every file below `folder` (whose name matches `pattern`) as an object under `bucket/prefix/`;
+        the keys written."""
         client, keys = self.client(), []
-        for path in sorted(folder.rglob("*")):
+        for path in sorted(folder.rglob(pattern)):
             if path.is_file():
                 key = f"{prefix}/{path.relative_to(folder).as_posix()}"
                 client.upload_file(str(path), bucket, key)
