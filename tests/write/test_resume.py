@@ -20,6 +20,19 @@ from prep.write import BadInputError, open_sources, write_dataset
 from tests.support.prepare import REPO, run_shardprep
 from tests.support.write import rows_file, written
 
+#: A write of `stopped_at_a_missing_image`'s rows: `n` as text, `img` as a media file named by path.
+MEDIA_OPTIONS = {"parts": ["n=txt", "img=jpg"], "num_workers": 1, "maxcount": 5}
+
+
+def stopped_at_a_missing_image(tmp_path: Path, images: dict[int, str]) -> Path:
+    """`tmp_path/in.jsonl`, 30 rows of which row i names the image file `images[i]` (below `tmp_path`),
+    written to `tmp_path/out` with --resume until an image that is not there stops it; the JSONL."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"n": i, "img": images.get(i)}) + "\n" for i in range(30)))
+    with pytest.raises(PrepError, match="missing media file"):
+        write_dataset(open_sources([source]), tmp_path / "out", resume=True, **MEDIA_OPTIONS)
+    return source
+
 
 def reused(stdout: str) -> tuple[int, int]:
     """(reused, total) from the summary line of a resumed write."""
@@ -106,12 +119,8 @@ def test_a_media_file_changed_since_is_read_again(tmp_path: Path, monkeypatch) -
 
     monkeypatch.setattr(blockwise, "BLOCK_BYTES", 64)
     (tmp_path / "img0.jpg").write_bytes(b"OLD-IMAGE")
-    rows = [{"n": i, "img": "img0.jpg" if i == 0 else "missing.jpg" if i == 20 else None} for i in range(30)]
-    source = tmp_path / "in.jsonl"
-    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    options = {"parts": ["n=txt", "img=jpg"], "num_workers": 1, "maxcount": 5}
-    with pytest.raises(PrepError, match="missing media file"):
-        write_dataset(open_sources([source]), tmp_path / "out", resume=True, **options)
+    source = stopped_at_a_missing_image(tmp_path, {0: "img0.jpg", 20: "missing.jpg"})
+    options = MEDIA_OPTIONS
     (tmp_path / "missing.jpg").write_bytes(b"NOW-THERE")
     (tmp_path / "img0.jpg").write_bytes(b"NEW-IMAGE-BYTES")
     resumed = write_dataset(open_sources([source]), tmp_path / "out", resume=True, **options)
@@ -126,12 +135,8 @@ def test_pieces_reused_are_left_out_of_the_stage_eta(tmp_path: Path, monkeypatch
     from prep.write import blockwise
 
     monkeypatch.setattr(blockwise, "BLOCK_BYTES", 64)
-    rows = [{"n": i, "img": "late.jpg" if i == 29 else None} for i in range(30)]
-    source = tmp_path / "in.jsonl"
-    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    options = {"parts": ["n=txt", "img=jpg"], "num_workers": 1, "maxcount": 5}
-    with pytest.raises(PrepError, match="missing media file"):
-        write_dataset(open_sources([source]), tmp_path / "out", resume=True, **options)
+    source = stopped_at_a_missing_image(tmp_path, {29: "late.jpg"})
+    options = MEDIA_OPTIONS
     (tmp_path / "late.jpg").write_bytes(b"LATE")
     seen = []
     resumed = write_dataset(
