@@ -15,7 +15,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -59,8 +58,9 @@ def insert_columns(db: sqlite3.Connection, table: str, tar_file_id: int, columns
         stop = min(count, start + per_statement)
         if stop - start != per_statement or not statement:
             statement = f"INSERT INTO {table} VALUES " + ",".join([row_marks] * (stop - start))
-        values = [tar_file_id]
-        values += chain.from_iterable(zip(*(column[start:stop] for column in columns), strict=True))
+        values = [tar_file_id] * (1 + width * (stop - start))
+        for place, column in enumerate(columns, 1):  # row-major: each column every `width` places
+            values[place::width] = column[start:stop]
         db.execute(statement, values)
 
 
