@@ -38,7 +38,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-DEFAULT_ROOT = Path(__file__).resolve().parents[1] / ".cache" / "bench"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = REPO / ".cache" / "bench"
 MARKER = ".complete.json"
 SHARD_PATTERN = "shard-%06d.tar"
 BLOCK = 512
@@ -295,6 +296,18 @@ def ensure_scale_subset(big: Dataset, shards: int, root: Path = DEFAULT_ROOT) ->
 
     params = {"kind": "scale-subset", "of": big.name, "shards": shards}
     return _cached(f"{big.name}-first{shards}", root, params, build, parts_per_sample=1)
+
+
+def prepare_crude(folder: Path) -> None:
+    """`shardprep prepare FOLDER` as a crude dataset in one split, quietly (a benchmark's own set-up, not
+    a measured run); its output in the error if it fails."""
+    import subprocess
+
+    command = [sys.executable, "-m", "prep", "prepare", str(folder), "--non-interactive", "--no-progress"]
+    command += ["--split-ratio", "1,0,0", "--crude"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise SystemExit(f"preparing {folder} failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
 
 
 def describe(dataset: Dataset) -> str:

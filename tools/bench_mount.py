@@ -34,7 +34,7 @@ import time
 from multiprocessing import Pool
 from pathlib import Path
 
-from tools.bench_datasets import DEFAULT_ROOT, ensure_image_dataset, ensure_text_dataset
+from tools.bench_datasets import DEFAULT_ROOT, ensure_image_dataset, ensure_text_dataset, prepare_crude
 
 REPO = Path(__file__).resolve().parents[1]
 FULL_SIZE = {"text": 200_000, "image": 100_000}
@@ -56,24 +56,8 @@ def linked_copy(shards: list[Path], folder: Path) -> Path:
 
 
 def prepare(folder: Path) -> None:
-    if (folder / ".nv-meta" / "index.sqlite").exists():
-        return
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "prep",
-            "prepare",
-            str(folder),
-            "--non-interactive",
-            "--split-ratio",
-            "1,0,0",
-            "--crude",
-        ],
-        cwd=REPO,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    if not (folder / ".nv-meta" / "index.sqlite").exists():
+        prepare_crude(folder)
 
 
 def warm(folder: Path) -> None:

@@ -24,8 +24,6 @@ import argparse
 import math
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -179,7 +177,7 @@ def run_speed(docs: int, seq_length: int) -> None:
 
 def _packing_dataset(samples: int) -> Path:
     """The bench text dataset, hard-linked into a folder of our own and prepared as a crude dataset."""
-    from tools.bench_datasets import ensure_text_dataset
+    from tools.bench_datasets import ensure_text_dataset, prepare_crude
 
     source = ensure_text_dataset(samples=samples)
     folder = CACHE / f"text-packing-{samples}"
@@ -188,24 +186,7 @@ def _packing_dataset(samples: int) -> Path:
         folder.mkdir(parents=True)
         for shard in source.shard_paths():
             os.link(shard, folder / shard.name)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "prep",
-                "prepare",
-                str(folder),
-                "--non-interactive",
-                "--split-ratio",
-                "1,0,0",
-                "--crude",
-                "--no-progress",
-            ],
-            cwd=REPO,
-            check=True,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-        )
+        prepare_crude(folder)
     return folder
 
 
