@@ -42,7 +42,7 @@ def end_process(pid: int, wait: float = 5.0) -> bool:
 def _alive(pid: int) -> bool:
     """Running, and not a zombie waiting to be reaped by a parent."""
     try:
-        return _stat_fields(pid)[0] != "Z"
+        return stat_fields(pid)[0] != "Z"
     except (OSError, IndexError):
         return False
 
@@ -59,7 +59,7 @@ def processes_mentioning(folder: Path) -> dict[int, str]:
     mine = {os.getpid()}
     pid = os.getpid()
     while pid > 1:
-        pid = int(_stat_fields(pid)[PARENT])
+        pid = int(stat_fields(pid)[PARENT])
         mine.add(pid)
     needle = str(folder.resolve()).encode()
     found = {}
@@ -75,7 +75,7 @@ def processes_mentioning(folder: Path) -> dict[int, str]:
     return found
 
 
-def _stat_fields(pid: int) -> list[str]:
+def stat_fields(pid: int) -> list[str]:
     """The fields of /proc/PID/stat after the command name: state, parent, process group, ..."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
@@ -86,7 +86,7 @@ def processes_where(field: int, value: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                fields = _stat_fields(int(entry.name))
+                fields = stat_fields(int(entry.name))
             except OSError:
                 continue
             if int(fields[field]) == value and fields[0] != "Z":

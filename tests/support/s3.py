@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.leftovers import stat_fields
 from tests.support.shards import sample_members, tricky_members, write_tarfile
 
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
@@ -78,7 +79,7 @@ class S3Server:
     def cpu_seconds(self) -> float:
         """CPU time the server process has used so far (user and system)."""
         assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(self.process.pid)
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def bytes_sent(self) -> int:
