@@ -84,7 +84,7 @@ def shard_rows_from_bucket(
     """One shard's index rows, read from the bucket as a local prepare reads them from a file; ShardError
     as there. With `whole`, a shard up to WHOLE_SHARD_BYTES is read whole in one request, without first
     probing whether its members are small. The bytes fetched are added to `fetched[0]` if given."""
-    reader = RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
+    reader = _ranged(store, shard, size)
     try:
         if whole and size <= WHOLE_SHARD_BYTES:
             data = reader.whole()
@@ -100,13 +100,18 @@ def shard_rows_from_bucket(
             fetched[0] += reader.fetched
 
 
+def _ranged(store: ObjectStore, shard: str, size: int) -> RangedObject:
+    """`shard` in `store`, read through ranged GETs as a bytes buffer."""
+    return RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
+
+
 def has_small_members(store: ObjectStore, shard: str, size: int | None) -> bool:
     """Whether the first members of `shard` are small (`mostly_small_members`), from a small read or two
     at its start: then shards like it are best read whole. False for a shard that cannot tell (missing,
     compressed, not a tar): its scan says what is wrong with it."""
     if size is None:
         return False
-    reader = RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
+    reader = _ranged(store, shard, size)
     try:
         check_not_compressed(shard, reader[:BLOCK])
         return RangedHeaderWalker(shard, reader).mostly_small_members()
