@@ -544,7 +544,7 @@ def _insert_rows(
         if errors:
             raise errors_report(errors, "problems; nothing was written and the previous index is untouched:")
         if staged.source is not None:  # (a bucket's source uploads the `.tar.idx` files from here on)
-            staged.source.indexed(dict(zip(map(tar_index_name, shards), map(Path, tar_indexes), strict=True)))
+            staged.source.indexed(dict(zip(map(tar_index_name, shards), tar_indexes, strict=True)))
         writer.finish()
     staged.part_names = sorted(part_names)
     if staged.file_mode is not None:
