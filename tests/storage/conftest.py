@@ -1,4 +1,5 @@
-"""One moto S3 server per test module (a restart test starts its own), with the client's environment set."""
+"""One moto S3 server per test module (a restart test starts its own; a module may put another server in
+its place by a `s3_server` fixture of its own), with the client's environment set."""
 
 from __future__ import annotations
 
@@ -12,12 +13,8 @@ def s3_server(tmp_path_factory):
     pytest.importorskip("moto.server", reason="moto[server] is needed for the object-storage tests")
     pytest.importorskip("boto3", reason="boto3 is needed for the object-storage tests")
     pytest.importorskip("botocore", reason="the s3 extra (botocore) is needed for the object-storage tests")
-    server = S3Server(tmp_path_factory.mktemp("moto") / "moto.log")
-    server.start()
-    try:
+    with S3Server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

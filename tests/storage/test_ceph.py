@@ -29,29 +29,18 @@ pytestmark = pytest.mark.skipif(not available(), reason=f"Ceph's daemons are not
 
 
 @pytest.fixture(scope="module")
-def ceph_server(tmp_path_factory):
+def s3_server(tmp_path_factory):
+    """This module's server: Ceph's gateway in moto's place (conftest's `s3` points each test at it)."""
     pytest.importorskip("boto3", reason="boto3 is needed for the object-storage tests")
-    server = CephS3Server(tmp_path_factory.mktemp("ceph"))
-    server.start()
-    try:
+    with CephS3Server(tmp_path_factory.mktemp("ceph")) as server:
         yield server
-    finally:
-        server.stop()
 
 
-@pytest.fixture
-def ceph(ceph_server, monkeypatch):
-    """The module's gateway, with AWS_* and AWS_ENDPOINT_URL pointing at it for this test."""
-    for name, value in ceph_server.env.items():
-        monkeypatch.setenv(name, value)
-    return ceph_server
-
-
-def test_forked_children_of_a_store_read_their_own_answers(ceph, tmp_path):
+def test_forked_children_of_a_store_read_their_own_answers(s3, tmp_path):
     """The parent reads first (its pool keeps the connection open), then forks; each child reads another
     object through the store it inherited. Had the children the parent's client, two of them would soon
     read on one connection and get each other's bytes (seen here 2 rounds in 3 with 4 children)."""
-    ceph.make_bucket("forked")
+    s3.make_bucket("forked")
     store = open_store(parse_address("s3://forked/objects"))
     objects = {f"o{i}.bin": bytes([i]) * (1 << 20) + os.urandom(4096) for i in range(4)}
     for name, data in objects.items():
@@ -71,7 +60,7 @@ def test_forked_children_of_a_store_read_their_own_answers(ceph, tmp_path):
         assert results == dict.fromkeys(objects, 0), f"round {round}: 1 = other bytes, 2 = an error"
 
 
-def test_worker_processes_index_every_shard_right(ceph, tmp_path, monkeypatch):
+def test_worker_processes_index_every_shard_right(s3, tmp_path, monkeypatch):
     """prepare's scan in 2 worker processes, forked after the listing and the first shard's probe have
     left connections open: the index equals a local prepare's."""
     monkeypatch.setattr(remote, "MIN_BYTES_FOR_WORKERS", 0)  # workers for a small dataset too
@@ -79,13 +68,13 @@ def test_worker_processes_index_every_shard_right(ceph, tmp_path, monkeypatch):
     for shard in range(16):
         members = sample_members(f"s{shard:02d}-", 400, {"txt": b"a few words", "json": b'{"n": 1}'})
         write_tarfile(local / f"shard-{shard:03d}.tar", members)
-    ceph.make_bucket("workers")
-    ceph.upload_folder(local, "workers", "ds")
+    s3.make_bucket("workers")
+    s3.upload_folder(local, "workers", "ds")
     options = PrepareOptions(split_ratio="8,1,1", sample_type="CrudeWebdataset", num_workers=2)
     counts = prepare_remote("s3://workers/ds", options, tmp_path=tmp_path / "scratch")
     assert counts is not None and sum(counts.values()) == 16 * 400
     fetched = tmp_path / "fetched"
-    ceph.download_prefix("workers", "ds", fetched)
+    s3.download_prefix("workers", "ds", fetched)
     reference = twin(local, "reference")
     run_shardprep(
         "prepare", str(reference), "--non-interactive", "--split-ratio", "8,1,1", "--no-progress",
@@ -94,19 +83,19 @@ def test_worker_processes_index_every_shard_right(ceph, tmp_path, monkeypatch):
     assert prepared_outputs(fetched) == prepared_outputs(reference)
 
 
-def test_a_written_dataset_goes_up_whole(ceph, tmp_path):
+def test_a_written_dataset_goes_up_whole(s3, tmp_path):
     """`write` to the gateway: what a local write makes, which `verify --deep` reads back whole."""
     source = tmp_path / "rows.jsonl"
     rows = [{"text": f"{i} " + "x" * (i * 7919 % 40_000)} for i in range(600)]
     source.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    ceph.make_bucket("written")
+    s3.make_bucket("written")
     args = ["--maxcount", "400", "--split-ratio", "8,1,1", "--part", "text=txt", "--no-progress"]
     result = run_shardprep("write", str(source), "s3://written/out", *args)
     assert result.returncode == 0, result.stderr
     local = tmp_path / "local"
     run_shardprep("write", str(source), str(local), *args, check=True)
     fetched = tmp_path / "fetched"
-    ceph.download_prefix("written", "out", fetched)
+    s3.download_prefix("written", "out", fetched)
     assert tar_indexes(fetched) == tar_indexes(local)
     assert {path.name: path.read_bytes() for path in fetched.glob("*.tar")} == {
         path.name: path.read_bytes() for path in local.glob("*.tar")

@@ -76,6 +76,13 @@ class S3Server:
         self.stop()
         raise RuntimeError("moto server did not answer within 30 s")
 
+    def __enter__(self) -> S3Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def cpu_seconds(self) -> float:
         """CPU time the server process has used so far (user and system)."""
         assert self.process is not None
