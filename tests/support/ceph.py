@@ -18,6 +18,7 @@ are there. `.ci/run` installs them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import subprocess
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.leftovers import stat_fields
@@ -37,7 +39,8 @@ INSTALL = "apt-get install --no-install-recommends radosgw ceph-mon ceph-osd"
 #: checksums that botocore 1.36 and later send by default with a streamed upload (an `aws-chunked` body,
 #: as multi-storage-client sends a `.tar.idx`), takes the trailer for the next request ("failed to read
 #: header: bad method") and answers 400. With these, checksums go only where S3 requires them, as AWS
-#: advises for such servers. shardprep's uploads send whole bodies and need neither (test_ceph.py).
+#: advises for such servers. Over http://, as here, shardprep's uploads need neither (test_ceph.py);
+#: over https://, botocore streams theirs with trailing checksums too (README).
 CLIENT_ENV = {
     "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
     "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
@@ -67,7 +70,8 @@ class CephS3Server(S3Server):
         self.folder.mkdir(parents=True, exist_ok=True)
         fsid, mon = str(uuid.uuid4()), f"v2:127.0.0.1:{free_port()}"
         self._write_conf(fsid, mon)
-        try:
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.stop)  # whatever fails on the way
             self._run(
                 "monmaptool",
                 "--create",
@@ -82,11 +86,9 @@ class CephS3Server(S3Server):
                 "ceph-mon", "-c", str(self.conf), "-i", "a", "--mkfs", "--monmap", str(self.folder / "monmap")
             )
             self._spawn("ceph-mon", "-i", "a")
-            osd = self._run("ceph", "-c", str(self.conf), "osd", "create").strip()
+            osd = self._ceph("osd", "create").strip()
             self._run("ceph-osd", "-c", str(self.conf), "-i", osd, "--mkfs")
-            self._run(
-                "ceph", "-c", str(self.conf), "osd", "crush", "add", f"osd.{osd}", "1.0", "root=default"
-            )
+            self._ceph("osd", "crush", "add", f"osd.{osd}", "1.0", "root=default")
             self._spawn("ceph-osd", "-i", osd)
             self._wait("the object store daemon to be up", self._osd_up)
             self._run(
@@ -96,9 +98,7 @@ class CephS3Server(S3Server):
             self._spawn("radosgw", "-n", "client.rgw")
             self._wait("the gateway to answer", self._answers)
             self._warm_up()
-        except BaseException:
-            self.stop()
-            raise
+            undo.pop_all()
 
     def _warm_up(self) -> None:
         """Make the gateway create its pools now: it makes each on first use (the one for multipart
@@ -166,6 +166,10 @@ rgw data = {folder}/rgw
             raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
         return result.stdout
 
+    def _ceph(self, *command: str) -> str:
+        """The `ceph` tool's answer; it fails after 30 s without a monitor instead of waiting on."""
+        return self._run("ceph", "-c", str(self.conf), "--connect-timeout", "30", *command)
+
     def _spawn(self, daemon: str, *arguments: str) -> None:
         with open(self.folder / "log" / f"{daemon}.out", "ab") as out:
             self.daemons[daemon] = subprocess.Popen(
@@ -176,7 +180,7 @@ rgw data = {folder}/rgw
                 start_new_session=True,
             )
 
-    def _wait(self, what: str, ready, seconds: float = 60) -> None:
+    def _wait(self, what: str, ready: Callable[[], bool], seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for daemon, process in self.daemons.items():
@@ -188,7 +192,7 @@ rgw data = {folder}/rgw
         raise RuntimeError(f"waited {seconds:.0f} s for {what}; see {self.folder / 'log'}")
 
     def _osd_up(self) -> bool:
-        stat = json.loads(self._run("ceph", "-c", str(self.conf), "osd", "stat", "-f", "json"))
+        stat = json.loads(self._ceph("osd", "stat", "-f", "json"))
         return stat.get("num_up_osds", 0) == 1
 
     def _answers(self) -> bool:
@@ -207,21 +211,21 @@ rgw data = {folder}/rgw
         return ticks / os.sysconf("SC_CLK_TCK")
 
     def bytes_sent(self) -> int:
-        """Bytes of object data the gateway has sent so far: its `get_b` counter, which Ceph 16 keeps one
-        short per GET (it adds up last - first of each inclusive range), plus its count of GETs. Listings
-        and other XML answers are left out, unlike moto's count."""
+        """Bytes of object data the gateway was asked for so far: its `get_b` counter, which Ceph 16
+        keeps one short per GET (it adds up last - first of each range asked for), plus its count of GETs
+        (HEADs among them, which add 1 each). A GET the client abandons counts whole; moto's count is of
+        bytes sent. Listings and other XML answers are left out, unlike moto's count."""
         socket = self.folder / "run" / "client.rgw.asok"
         counters = json.loads(self._run("ceph", "--admin-daemon", str(socket), "perf", "dump"))["rgw"]
         return int(counters["get_b"]) + int(counters["get"])
 
     def stop(self) -> None:
-        """End the gateway, then the store and the monitor, and wait for each."""
-        for daemon in reversed(DAEMONS):
-            process = self.daemons.pop(daemon, None)
-            if process is None:
-                continue
+        """End the gateway, the store and the monitor (each's process group), then wait for each."""
+        stopping = [self.daemons.pop(daemon) for daemon in reversed(DAEMONS) if daemon in self.daemons]
+        for process in stopping:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for process in stopping:
             process.wait(timeout=30)
