@@ -40,6 +40,7 @@ there, and reading shards whole relatively less.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -139,8 +140,12 @@ def prepare(
     return seconds, cpu
 
 
-def index_of(server: S3Server, prefix: str, scratch: Path) -> tuple[dict, dict]:
-    """(.tar.idx bytes, sqlite contents) of a prepared prefix, downloaded below `scratch`."""
+#: What `index_of` gives: (.tar.idx bytes by name, sqlite contents, the shards in .info.json's order).
+Index = tuple[dict[str, bytes], dict, list[str]]
+
+
+def index_of(server: S3Server, prefix: str, scratch: Path) -> Index:
+    """A prepared prefix's index (`Index`), downloaded below `scratch`."""
     folder = scratch / prefix
     client = server.client()
 
@@ -149,10 +154,13 @@ def index_of(server: S3Server, prefix: str, scratch: Path) -> tuple[dict, dict]:
         target.parent.mkdir(parents=True, exist_ok=True)
         client.download_file(BUCKET, key, str(target))
 
-    keys = [key for key in server.keys(BUCKET, prefix + "/") if key.endswith((".tar.idx", "/index.sqlite"))]
-    with ThreadPoolExecutor(16) as pool:
+    wanted = (".tar.idx", "/index.sqlite", "/.info.json")
+    keys = [key for key in server.keys(BUCKET, prefix + "/") if key.endswith(wanted)]
+    with ThreadPoolExecutor(8) as pool:  # (the client's pool holds 10 connections)
         list(pool.map(download, keys))
-    return tar_indexes(folder), sqlite_contents(folder / ".nv-meta" / "index.sqlite")
+    meta = folder / ".nv-meta"
+    shards = list(json.loads((meta / ".info.json").read_text())["shard_counts"])
+    return tar_indexes(folder), sqlite_contents(meta / "index.sqlite"), shards
 
 
 def bench_dataset(
@@ -199,40 +207,65 @@ def bench_dataset(
     return runs
 
 
-def energon_wrong(
-    name: str, folder: Path, ours: tuple[dict, dict], theirs: tuple[dict, dict], scratch: Path
-) -> str:
-    """Where the two indexes differ, Python's tarfile referees each `.tar.idx` that does: a shardprep index
-    it finds wrong stops the benchmark; one of energon's is reported (energon's workers can read each
-    other's answers, see README) and its time kept, flagged. What energon got wrong, in short."""
+def energon_wrong(name: str, folder: Path, ours: Index, theirs: Index, scratch: Path) -> str:
+    """Where the two indexes differ, Python's tarfile referees: each differing `.tar.idx` and shardprep's
+    sample rows of those shards must be what tarfile reads, and everything else (the other shards' rows,
+    the schema, the shard order) equal in both. Then energon's index is wrong there, which is reported and
+    its time kept, flagged (energon's workers can read each other's answers, see README); anything else
+    stops the benchmark. What energon got wrong, in short."""
     differing = sorted(
         tar_idx for tar_idx in set(ours[0]) | set(theirs[0]) if ours[0].get(tar_idx) != theirs[0].get(tar_idx)
     )
     truths = {tar_idx: tarfile_index(folder / tar_idx.removesuffix(".idx")) for tar_idx in differing}
-    samples = sum(len(index) // 8 - 1 for index in ours[0].values())
-    rows = len(ours[1].get("samples", {}).get("rows", ()))
-    if (
-        not differing
-        or any(ours[0].get(tar_idx) != truth for tar_idx, truth in truths.items())
-        or rows != samples
+    shards = [tar_idx.removesuffix(".idx") for tar_idx in differing]
+    ids = {ours[2].index(shard) for shard in shards if shard in ours[2]}
+    if not (
+        differing
+        and ours[2] == theirs[2]
+        and len(ids) == len(differing)
+        and all(ours[0].get(tar_idx) == truth for tar_idx, truth in truths.items())
+        and all(
+            _sample_rows(ours, ours[2].index(tar_idx[:-4])) == _rows_of(truth)
+            for tar_idx, truth in truths.items()
+        )
+        and _without(ours[1], ids) == _without(theirs[1], ids)
     ):
         raise SystemExit(
-            f"{name}: shardprep's index differs from energon's:\n{differences(ours, theirs, scratch)}"
+            f"{name}: the two indexes differ, and not only where energon's is wrong:\n"
+            f"{differences(ours, theirs, scratch)}"
         )
-    lost = {
-        tar_idx: (len(truth) // 8 - 1, len(theirs[0].get(tar_idx, b"")) // 8 - 1)
-        for tar_idx, truth in truths.items()
-    }
+    lost = {tar_idx[:-4]: (len(truth) // 8 - 1, theirs[0].get(tar_idx)) for tar_idx, truth in truths.items()}
     shown = ", ".join(
-        f"{tar_idx[:-4]}: {got:,} of {true:,} samples" for tar_idx, (true, got) in list(lost.items())[:3]
+        f"{shard}: {'no .tar.idx' if got is None else f'{len(got) // 8 - 1:,}'} of {true:,} samples"
+        for shard, (true, got) in list(lost.items())[:3]
     )
     summary = f"wrong in {len(lost)} shard{'s' if len(lost) > 1 else ''} ({shown}{', ...' if len(lost) > 3 else ''})"
     print(
-        f"  {name}: energon's index is {summary}, by Python's tarfile, which agrees with shardprep's in each;"
-        " energon's time is kept, flagged",
+        f"  {name}: energon's index is {summary}, by Python's tarfile, which agrees with shardprep's;"
+        " the rest of the two indexes is equal; energon's time is kept, flagged",
         flush=True,
     )
     return summary
+
+
+def _sample_rows(index: Index, tar_file_id: int) -> list[tuple[int, int]]:
+    """(byte_offset, byte_size) of the shard's samples, in order (energon's `samples` columns: tar_file_id,
+    sample_key, sample_index, byte_offset, byte_size)."""
+    rows = [row for row in index[1]["samples"]["rows"] if row[0] == tar_file_id]
+    return [(row[3], row[4]) for row in sorted(rows, key=lambda row: row[2])]
+
+
+def _rows_of(tar_index: bytes) -> list[tuple[int, int]]:
+    offsets = struct.unpack(f"<{len(tar_index) // 8}Q", tar_index)
+    return [(start, end - start) for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+def _without(contents: dict, ids: set[int]) -> dict:
+    """sqlite contents without the rows of the shards `ids` (column 0 of both tables is tar_file_id)."""
+    return {
+        table: {**parts, "rows": [row for row in parts["rows"] if row[0] not in ids]}
+        for table, parts in contents.items()
+    }
 
 
 def tarfile_index(shard: Path) -> bytes:
@@ -250,7 +283,7 @@ def tarfile_index(shard: Path) -> bytes:
     return struct.pack(f"<{len(offsets)}Q", *offsets)
 
 
-def differences(ours: tuple[dict, dict], theirs: tuple[dict, dict], scratch: Path) -> str:
+def differences(ours: Index, theirs: Index, scratch: Path) -> str:
     """What differs between two `index_of` results, and what each tool printed."""
     lines = []
     for name in sorted(set(ours[0]) | set(theirs[0])):
