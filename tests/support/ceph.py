@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.leftovers import stat_fields
+from tests.support.leftovers import process_cpu_seconds
 from tests.support.s3 import ACCESS_KEY, SECRET_KEY, S3Server, free_port
 
 DAEMONS = ("ceph-mon", "ceph-osd", "radosgw")
@@ -204,11 +204,7 @@ rgw data = {folder}/rgw
 
     def cpu_seconds(self) -> float:
         """CPU time the three daemons have used so far (user and system, all their threads)."""
-        ticks = 0
-        for process in self.daemons.values():
-            fields = stat_fields(process.pid)
-            ticks += int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return sum(process_cpu_seconds(process.pid) for process in self.daemons.values())
 
     def bytes_sent(self) -> int:
         """Bytes of object data the gateway was asked for so far: its `get_b` counter, which Ceph 16

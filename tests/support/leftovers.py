@@ -80,6 +80,12 @@ def stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """The CPU time process `pid` has used so far, user and system, all its threads."""
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def processes_where(field: int, value: int) -> list[int]:
     """Live processes whose stat field `field` (1: parent pid, 2: process group) equals `value`."""
     found = []

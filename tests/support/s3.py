@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.leftovers import stat_fields
+from tests.support.leftovers import process_cpu_seconds
 from tests.support.shards import sample_members, tricky_members, write_tarfile
 
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
@@ -86,8 +86,7 @@ class S3Server:
     def cpu_seconds(self) -> float:
         """CPU time the server process has used so far (user and system)."""
         assert self.process is not None
-        fields = stat_fields(self.process.pid)
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.process.pid)
 
     def bytes_sent(self) -> int:
         """The bytes of response bodies the server has sent so far (a `counted` server only)."""
