@@ -301,10 +301,9 @@ class ObjectStore:
                     ),
                 )
             finally:
-                slots.release()
+                _PART_SLOTS.release()
             return {"PartNumber": number, "ETag": answer["ETag"]}
 
-        slots = _PART_SLOTS
         try:
             parts: list[dict[str, Any]] = []
             with open(path, "rb") as file, ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
@@ -312,12 +311,12 @@ class ObjectStore:
                 for number, offset in enumerate(range(0, size, part_size), 1):
                     if len(going) == PART_THREADS:  # this file's parts: PART_THREADS on their way at most
                         parts.append(going.popleft().result())
-                    slots.acquire()  # all files' parts in memory: PARTS_IN_MEMORY at most
+                    _PART_SLOTS.acquire()  # all files' parts in memory: PARTS_IN_MEMORY at most
                     try:
                         chunk = file.read(part_size)
                         going.append(pool.submit(upload_part, number, offset, chunk))
                     except BaseException:
-                        slots.release()
+                        _PART_SLOTS.release()
                         raise
                 parts += [part.result() for part in going]
             finishing = client_for(replace(self.spec, read_timeout=COMPLETE_READ_TIMEOUT))

@@ -86,7 +86,6 @@ class EarlyUpload:
     def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
         self.store = store
         self.files = files
-        self.names = set(files)
         self._pool = ThreadPoolExecutor(min(UPLOAD_THREADS, max(1, len(files))), "shardprep-upload")
         self._uploads: dict[str, Future[None]] = {}
 
@@ -138,7 +137,7 @@ def upload_dataset(
     go on meanwhile and are waited for before the markers. An error says what a reader now sees."""
     try:
         if early is not None:
-            names = [name for name in names if name not in early.names]
+            names = [name for name in names if name not in early.files]
         for name in _replaced_markers(names):
             if store.exists(name):
                 store.delete(name)
