@@ -19,7 +19,7 @@ from prep.index.rows import ShardRows
 if TYPE_CHECKING:
     import numpy as np
 
-    from prep.tar.scan import HeaderWalker
+    from prep.tar.scan import HeaderWalker, Names
 
 #: energon's key rule: key = directory + basename up to its first dot; part = the rest of the basename.
 SAMPLE_NAME_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -72,11 +72,13 @@ def shard_rows(path: str, shard: str, tar_file_id: int) -> ShardRows:
 def walked_rows(walker: HeaderWalker, shard: str, tar_file_id: int) -> ShardRows:
     """The index rows of the shard `walker` walks (a file's `HeaderWalker`, or a bucket object's
     `RangedHeaderWalker`): every header checked, members grouped into samples. Raises ShardError."""
-    members = walker.scan()
+    from prep.tar.scan import decoded_names
+
+    names, starts, data_offsets, sizes = walker.scan_table()
     walker.verify_checksums()
     rows = ShardRows(shard, tar_file_id, end=walker.end, end_marker=walker.end_marker)
-    if not _group_vectorised(rows, *members):
-        _group_one_by_one(rows, *members)
+    if not _group_vectorised(rows, names, starts, data_offsets, sizes):
+        _group_one_by_one(rows, decoded_names(names), starts, data_offsets, sizes)
     return rows
 
 
@@ -133,26 +135,28 @@ def _sizes(starts: array, end: int) -> array:
 
 
 def _group_vectorised(
-    rows: ShardRows, names: list[str], starts: array, data_offsets: array, sizes: array
+    rows: ShardRows, names: Names, starts: array, data_offsets: array, sizes: array
 ) -> bool:
     """The same grouping with numpy string operations, when every name takes energon's plain path
     (a dot in a base name that does not start with one, no `__meta__` prefix). False: not applicable.
 
-    Where it applies it empties `names`, to hold a big shard's names once rather than twice."""
+    Where it applies to a list of names it empties it, to hold a big shard's names once rather than
+    twice."""
     import numpy as np
 
     from prep.tar.scan import int_array
 
-    if not names or not hasattr(np, "strings") or not hasattr(np.strings, "slice"):
+    if not len(names) or not hasattr(np, "strings") or not hasattr(np.strings, "slice"):
         return False
     # UTF-8 bytes: a quarter of numpy's str size, and "/" and "." are single bytes that never occur inside
     # a multi-byte character, so positions found in bytes cut the names where the characters would.
-    table = np.array([name.encode() for name in names])
+    table = np.array([name.encode() for name in names]) if isinstance(names, list) else names
     slash = np.strings.rfind(table, b"/")
     dot = np.strings.find(table, b".", slash + 1)
     if (dot <= slash + 1).any() or np.strings.startswith(table, b"__").any():
         return False
-    names.clear()  # the table holds the names now: free the list early (a big shard's peak memory)
+    if isinstance(names, list):
+        names.clear()  # the table holds the names now: free the list early (a big shard's peak memory)
     parts = np.strings.slice(table, dot + 1, None)
     if (parts == parts[0]).all():
         rows.part_names = [parts[0].decode()] * len(parts)

@@ -72,6 +72,10 @@ NOT_UTF8 = (
 )
 REWRITE_ADVICE = "Re-create or re-download the shard; shardprep never modifies tars."
 
+#: Member names as `HeaderWalker.scan_table` gives them: a numpy bytes array (dtype `S`, each name's
+#: UTF-8 bytes NUL-padded; clean UTF-8) where the vectorised scan found them, else a list of str.
+Names = np.ndarray | list[str]
+
 
 def _text(field: bytes) -> str:
     return field.split(b"\0", 1)[0].decode("utf-8")
@@ -154,7 +158,13 @@ class HeaderWalker:
             yield Member(name, start, offset_data, size)
 
     def scan(self) -> tuple[list[str], array, array, array]:
-        """(names, member starts, data offsets, sizes) of the regular members, and `end`.
+        """(names, member starts, data offsets, sizes) of the regular members, and `end`."""
+        names, starts, data_offsets, sizes = self.scan_table()
+        return decoded_names(names), starts, data_offsets, sizes
+
+    def scan_table(self) -> tuple[Names, array, array, array]:
+        """`scan`, with the names as the vectorised path finds them (`Names`): a shard's index rows are
+        grouped from them without a str per member.
 
         Shards of many small members (text, JSON) take the vectorised path; others, and anything unusual,
         the header-by-header walk.
@@ -186,7 +196,7 @@ class HeaderWalker:
             pos += BLOCK + block_ceil(member_size)
         return pos <= limit
 
-    def _scan_vectorised(self) -> tuple[list[str], array, array, array] | None:
+    def _scan_vectorised(self) -> tuple[Names, array, array, array] | None:
         """The whole header chain found with numpy, or None where the shard needs the careful walk.
 
         Every block whose magic says "ustar" is a candidate header; the candidates must chain exactly
@@ -270,12 +280,13 @@ class HeaderWalker:
         if names is None:
             return None
         # Old V7 tars mark a folder as a plain file whose name ends with a slash.
+        slash = "/" if isinstance(names, list) else b"/"
         folders = {
-            i for i in np.flatnonzero(types[member_rows] == AREGTYPE).tolist() if names[i].endswith("/")
+            i for i in np.flatnonzero(types[member_rows] == AREGTYPE).tolist() if names[i].endswith(slash)
         }
         if folders:
             keep = [i for i in range(len(names)) if i not in folders]
-            names = [names[i] for i in keep]
+            names = [names[i] for i in keep] if isinstance(names, list) else names[keep]
             member_rows, starts = member_rows[keep], starts[keep]
         self.end = end_block * BLOCK
         return (
@@ -295,25 +306,32 @@ class HeaderWalker:
             self.buf.madvise(mmap.MADV_DONTNEED, start, length)
 
     @staticmethod
-    def _names(name_fields: np.ndarray, prefixes: list[bytes | None] | None) -> list[str] | None:
-        """Member names from the name fields (and ustar prefixes, per row or None); None if one is not
-        clean UTF-8.
+    def _names(name_fields: np.ndarray, prefixes: list[bytes | None] | None) -> Names | None:
+        """Member names from the name fields (and ustar prefixes, per row or None), as `Names`: a bytes
+        array, or a list of str where a prefix is put in front; None if one is not clean UTF-8.
 
-        A name ends at its first NUL (as tarfile reads it). The names are decoded in one piece, joined by
-        NULs, rather than one bytes object at a time.
+        A name ends at its first NUL (as tarfile reads it): what follows in its field is cleared. Only
+        the names with a byte above 0x7F are decoded to check them.
         """
         if not len(name_fields):
             return []
         fields = name_fields.view(np.uint8).reshape(len(name_fields), -1)
-        before_nul = ~np.logical_or.accumulate(fields == 0, axis=1)
+        after_nul = np.logical_or.accumulate(fields == 0, axis=1)
+        fields = np.where(after_nul, np.uint8(0), fields)
+        names = fields.view(name_fields.dtype).ravel()
         try:
-            names = nul_joined(fields, before_nul).split("\0")[:-1]
-            for row, prefix in enumerate(prefixes or ()):
+            not_ascii = np.flatnonzero((fields > 0x7F).any(axis=1))
+            if len(not_ascii):
+                nul_joined(fields[not_ascii], ~after_nul[not_ascii])
+            if prefixes is None:
+                return names
+            listed = decoded_names(names)
+            for row, prefix in enumerate(prefixes):
                 if prefix is not None:
-                    names[row] = prefix.decode("utf-8") + "/" + names[row]
+                    listed[row] = prefix.decode("utf-8") + "/" + listed[row]
         except UnicodeDecodeError:
             return None
-        return names
+        return listed
 
     def _walk(self) -> tuple[list[str], array, array, array]:
         """Walk every header once, slicing only the fields it needs and jumping over member data."""
@@ -545,7 +563,7 @@ class RangedHeaderWalker(HeaderWalker):
     def __init__(self, shard: str, buffer: RangedBuffer) -> None:
         super().__init__(shard, buffer)  # type: ignore[arg-type]
 
-    def scan(self) -> tuple[list[str], array, array, array]:
+    def scan_table(self) -> tuple[Names, array, array, array]:
         return self._walk()
 
 
@@ -590,6 +608,20 @@ def nul_joined(rows: np.ndarray, kept: np.ndarray) -> str:
     keep = np.ones(joined.shape, dtype=bool)
     keep[:, :-1] = kept
     return joined[keep].tobytes().decode("utf-8")
+
+
+def decoded_names(names: Names) -> list[str]:
+    """`Names` as a list of str (one decode for a bytes array, whose names are clean UTF-8).
+
+    >>> decoded_names(np.array([b"a.txt", b"", b"caf\\xc3\\xa9.json"]))
+    ['a.txt', '', 'café.json']
+    """
+    if isinstance(names, list):
+        return names
+    if not len(names):
+        return []
+    raw = names.view(np.uint8).reshape(len(names), names.dtype.itemsize)
+    return nul_joined(raw, raw != 0).split("\0")[:-1]
 
 
 def int_array(values: np.ndarray) -> array:
