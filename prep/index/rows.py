@@ -120,9 +120,10 @@ def tar_index_bytes(offsets: array) -> bytes:
     >>> tar_index_bytes(array("q", [0, 1024]))
     b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x04\\x00\\x00\\x00\\x00\\x00\\x00'
     """
-    data = array("Q", offsets)  # TAR_INDEX_ENTRY: 8 bytes each
-    if sys.byteorder != "little":
-        data.byteswap()
+    if sys.byteorder == "little":  # TAR_INDEX_ENTRY: 8 bytes each, as int64 has them for offsets >= 0
+        return offsets.tobytes()
+    data = array("q", offsets)
+    data.byteswap()
     return data.tobytes()
 
 
