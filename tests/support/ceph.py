@@ -153,7 +153,7 @@ bluestore block size = {CAPACITY}
 bluestore fsck on mount = false
 osd memory target = {CACHE}
 [client.rgw]
-rgw frontends = beast endpoint=127.0.0.1:{self.port}
+rgw frontends = beast endpoint=127.0.0.1:{self.port} tcp_nodelay=1
 rgw data = {folder}/rgw
 """
         )
