@@ -92,9 +92,6 @@ from prep.processes import ordered_map, worker_count
 PREVIEW_SAMPLES = 2
 #: With more part types than this, energon offers no field map (a sample loader instead).
 MAX_FIELD_MAP_PARTS = 10
-#: The rows of this many shards come in between two hand-backs of freed memory (`release_freed_memory`
-#: takes ~0.3 ms, and the pages it hands back are faulted in again by the next shards).
-TRIM_EVERY = 8
 
 
 @dataclass(frozen=True)
@@ -527,8 +524,7 @@ def _insert_rows(
         samples = reused_shards = reused_samples = 0
         reusable = checkpoint.reusable if checkpoint is not None else set()
         for done, result in enumerate(results, 1):
-            if done % TRIM_EVERY == 1:  # earlier shards' rows are gone now
-                release_freed_memory()
+            release_freed_memory()  # the previous shard's rows are gone now
             failed = _add_shard(staged, writer, result, strict, errors)
             count = 0 if failed or isinstance(result, ShardError) else result.count
             samples += count
