@@ -8,9 +8,10 @@ each tool prepares it as it was uploaded (`--split-ratio 1,0,0`; the other tool'
 deleted in between), and the two indexes (every `.tar.idx`, the sqlite rows) are compared: a fast wrong
 answer is worthless. Where they differ, Python's tarfile referees the shards concerned: a wrong index of
 shardprep's stops the benchmark; a wrong one of energon's (its forked workers can read each other's
-answers on a server that keeps connections open, see README) is reported and its time flagged. moto
-keeps objects over 1 MiB in temporary files (`MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`) and the gateway in a
-sparse file, so a dataset of many GB costs the server disk, not memory.
+answers on a server that keeps connections open, see README) is reported and its time flagged, and an
+energon run that stops on such bytes is reported with its error. moto keeps objects over 1 MiB in
+temporary files (`MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`) and the gateway in a sparse file, so a dataset of
+many GB costs the server disk, not memory.
 
 Datasets (made here, or the text one given by `--dataset`, as `tools.bench_scale --s3` does):
 
@@ -83,6 +84,8 @@ class Run:
     server_bytes: int
     #: What was wrong with the index the tool wrote (empty: nothing found).
     wrong: str = ""
+    #: The error the tool stopped on (empty: it finished).
+    failed: str = ""
 
     @property
     def rate(self) -> float:
@@ -116,10 +119,12 @@ def shards_size(folder: Path) -> int:
 
 def prepare(
     tool: str, address: str, env: dict[str, str], scratch: Path, workers: int | None = None
-) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one tool's prepare: the CPU time of its whole process tree (user and
-    system), what a real object store would leave to the tool; the server's own is counted apart. What
-    the tool printed is kept in `scratch/TOOL.out`."""
+) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds, the error it stopped on or "") of one tool's prepare: the CPU time of
+    its whole process tree (user and system), what a real object store would leave to the tool; the
+    server's own is counted apart. What the tool printed is kept in `scratch/TOOL.out`. A shardprep that
+    fails stops the benchmark; an energon that fails (its workers can read each other's answers, see
+    README) is reported."""
     command = (
         [sys.executable, "-m", "prep", "prepare", address, *FLAGS]
         + (["--num-workers", str(workers)] if workers else [])
@@ -131,13 +136,18 @@ def prepare(
         command, env=env, capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL
     )
     seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
-    if result.returncode != 0:
+    if result.returncode != 0 and tool == "shardprep":
         raise SystemExit(
             f"{tool} prepare {address} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
         )
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     (scratch / f"{tool}.out").write_text(result.stdout + result.stderr)
-    return seconds, cpu
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return (
+        seconds,
+        cpu,
+        (lines[-1] if lines else f"exit code {result.returncode}") if result.returncode else "",
+    )
 
 
 #: What `index_of` gives: (.tar.idx bytes by name, sqlite contents, the shards in .info.json's order).
@@ -182,19 +192,19 @@ def bench_dataset(
     print(f"  uploaded to the server in {time.perf_counter() - started:.1f} s", flush=True)
     for tool in tools:
         sent, busy = server.bytes_sent(), server.cpu_seconds()
-        seconds, cpu = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, workers)
+        seconds, cpu, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, workers)
         read, busy = server.bytes_sent() - sent, server.cpu_seconds() - busy
-        runs.append(Run(tool, name, samples, size, seconds, cpu, read))
+        runs.append(Run(tool, name, samples, size, seconds, cpu, read, failed=failed))
         print(
             f"  {name:5s} {tool:9s} {seconds:8.2f} s  {samples / seconds:12,.0f} samples/s"
             f"  read {read:,} B = {100 * read / size:6.2f}% of {size:,} B; CPU: the tool's {cpu:.1f} s,"
-            f" the server's {busy:.1f} s",
+            f" the server's {busy:.1f} s" + (f"; it FAILED: {failed}" if failed else ""),
             flush=True,
         )
-        if len(tools) == 2:
+        if len(tools) == 2 and not failed:
             indexes.append(index_of(server, name, scratch / tool))
         remove_index(server, name)  # the next tool finds the shards as this one did: not prepared
-    if len(tools) == 2:
+    if len(indexes) == 2:
         ours, theirs = indexes
         if ours == theirs:
             print(
@@ -390,6 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.datasets.split(","):
             ours = next(run for run in runs if run.dataset == name and run.tool == "shardprep")
             theirs = next((run for run in runs if run.dataset == name and run.tool == "energon"), None)
+            if theirs is not None and theirs.failed:
+                print(
+                    f"{name:8s}  {ours.rate:19,.0f}   {'failed':>17s}   {'-':>5s}   {ours.read_percent:6.2f}% / -"
+                    f"{'':>23s}{ours.cpu_seconds:8.1f} s / -; energon stopped after {theirs.seconds:.1f} s:"
+                    f" {theirs.failed}"
+                )
+                continue
             if theirs is None:
                 print(
                     f"{name:8s}  {ours.rate:19,.0f}   {'-':>17s}   {'-':>5s}   {ours.read_percent:6.2f}% / -"
