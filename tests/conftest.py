@@ -1,4 +1,5 @@
-"""The whole run's promise: it leaves no FUSE mount and no process of its own behind."""
+"""The whole run's promise: it leaves no FUSE mount and no process of its own behind. And the Ctrl-C the
+tests send their children reaches them as a terminal's would, however the run was started."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ import signal
 import pytest
 
 from tests.support.leftovers import mounts_under, processes_mentioning, unmount_quietly
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_reaches_children():
+    """A run started in the background of a shell without job control (`cmd &`, `nohup`) has SIGINT
+    ignored, and its children inherit that: the tests' Ctrl-C (SIGINT) would then do nothing. With a
+    handler here, a child starts with the default instead, as under a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)
