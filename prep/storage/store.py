@@ -94,7 +94,6 @@ class ClientSpec:
             read_timeout=self.read_timeout,
             max_pool_connections=64,
             s3={"addressing_style": "path"} if self.endpoint else None,
-            parameter_validation=False,  # the requests made here are well-formed; checking costs ~0.1 ms each
         )
         session = botocore.session.Session()
         session.register_component("data_loader", _loader(session.get_config_variable("data_path")))
