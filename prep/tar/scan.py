@@ -73,7 +73,8 @@ NOT_UTF8 = (
 REWRITE_ADVICE = "Re-create or re-download the shard; shardprep never modifies tars."
 
 #: Member names as `HeaderWalker.scan_table` gives them: a numpy bytes array (dtype `S`, each name's
-#: UTF-8 bytes NUL-padded; clean UTF-8) where the vectorised scan found them, else a list of str.
+#: UTF-8 bytes NUL-padded; clean UTF-8) where the vectorised scan found them in the name fields alone,
+#: else a list of str (the header walk's, or names with a ustar prefix put in front).
 Names = np.ndarray | list[str]
 
 
@@ -280,10 +281,11 @@ class HeaderWalker:
         if names is None:
             return None
         # Old V7 tars mark a folder as a plain file whose name ends with a slash.
-        slash = "/" if isinstance(names, list) else b"/"
-        folders = {
-            i for i in np.flatnonzero(types[member_rows] == AREGTYPE).tolist() if names[i].endswith(slash)
-        }
+        plain = np.flatnonzero(types[member_rows] == AREGTYPE).tolist()
+        if isinstance(names, list):
+            folders = {i for i in plain if names[i].endswith("/")}
+        else:
+            folders = {i for i in plain if names[i].endswith(b"/")}
         if folders:
             keep = [i for i in range(len(names)) if i not in folders]
             names = [names[i] for i in keep] if isinstance(names, list) else names[keep]
