@@ -9,7 +9,8 @@ deleted in between), and the two indexes (every `.tar.idx`, the sqlite rows) are
 answer is worthless. Where they differ, Python's tarfile referees the shards concerned: a wrong index of
 shardprep's stops the benchmark; a wrong one of energon's (its forked workers can read each other's
 answers on a server that keeps connections open, see README) is reported and its time flagged, and an
-energon run that stops on such bytes is reported with its error. moto keeps objects over 1 MiB in
+energon run that fails (on Ceph, on such bytes; or for any other reason) is reported with its error.
+moto keeps objects over 1 MiB in
 temporary files (`MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`) and the gateway in a sparse file, so a dataset of
 many GB costs the server disk, not memory.
 
@@ -123,8 +124,8 @@ def prepare(
     """(wall seconds, CPU seconds, the error it stopped on or "") of one tool's prepare: the CPU time of
     its whole process tree (user and system), what a real object store would leave to the tool; the
     server's own is counted apart. What the tool printed is kept in `scratch/TOOL.out`. A shardprep that
-    fails stops the benchmark; an energon that fails (its workers can read each other's answers, see
-    README) is reported."""
+    fails stops the benchmark; an energon that fails (whatever the cause: its workers can read each
+    other's answers, see README) is reported."""
     command = (
         [sys.executable, "-m", "prep", "prepare", address, *FLAGS]
         + (["--num-workers", str(workers)] if workers else [])

@@ -11,8 +11,9 @@ matters on a benchmark machine of few cores, where the server's CPU time is take
 one object store daemon (BlueStore, on a sparse file in that folder: the dataset takes its size in disk,
 not memory), and the gateway, each a child process in the foreground, authentication between them off,
 all on 127.0.0.1; a gateway user with the tests' keys. `stop` ends the three. Starting takes about 15 s.
-The gateway sends without Nagle's delay (beast's `tcp_nodelay=1`, a production setting): with it, the
-body of every GET's answer waited ~44 ms for the client's delayed ACK of its head.
+The gateway sends without Nagle's delay (beast's `tcp_nodelay=1`, which Ceph documents for sending at
+once rather than waiting for a full buffer): with the delay, the body of every GET's answer waited
+~44 ms for the client's delayed ACK of its head.
 
 It needs Ceph's daemons on the PATH (`INSTALL`: Ceph 16 on Debian 12); `available()` says whether they
 are there. `.ci/run` installs them.
