@@ -73,8 +73,8 @@ NOT_UTF8 = (
 REWRITE_ADVICE = "Re-create or re-download the shard; shardprep never modifies tars."
 
 #: Member names as `HeaderWalker.scan_table` gives them: a numpy bytes array (dtype `S`, each name's
-#: UTF-8 bytes NUL-padded; clean UTF-8) where the vectorised scan found them in the name fields alone,
-#: else a list of str (the header walk's, or names with a ustar prefix put in front).
+#: UTF-8 bytes NUL-padded; clean UTF-8) where the vectorised scan found them, else the header walk's list
+#: of str.
 Names = np.ndarray | list[str]
 
 
@@ -281,15 +281,12 @@ class HeaderWalker:
         if names is None:
             return None
         # Old V7 tars mark a folder as a plain file whose name ends with a slash.
-        plain = np.flatnonzero(types[member_rows] == AREGTYPE).tolist()
-        if isinstance(names, list):
-            folders = {i for i in plain if names[i].endswith("/")}
-        else:
-            folders = {i for i in plain if names[i].endswith(b"/")}
+        folders = {
+            i for i in np.flatnonzero(types[member_rows] == AREGTYPE).tolist() if names[i].endswith(b"/")
+        }
         if folders:
             keep = [i for i in range(len(names)) if i not in folders]
-            names = [names[i] for i in keep] if isinstance(names, list) else names[keep]
-            member_rows, starts = member_rows[keep], starts[keep]
+            names, member_rows, starts = names[keep], member_rows[keep], starts[keep]
         self.end = end_block * BLOCK
         return (
             names,
@@ -308,15 +305,15 @@ class HeaderWalker:
             self.buf.madvise(mmap.MADV_DONTNEED, start, length)
 
     @staticmethod
-    def _names(name_fields: np.ndarray, prefixes: list[bytes | None] | None) -> Names | None:
-        """Member names from the name fields (and ustar prefixes, per row or None), as `Names`: a bytes
-        array, or a list of str where a prefix is put in front; None if one is not clean UTF-8.
+    def _names(name_fields: np.ndarray, prefixes: list[bytes | None] | None) -> np.ndarray | None:
+        """Member names from the name fields (and ustar prefixes, per row or None) as a bytes array
+        (`Names`); None if one is not clean UTF-8.
 
         A name ends at its first NUL (as tarfile reads it): what follows in its field is cleared. Only
         the names with a byte above 0x7F are decoded to check them.
         """
         if not len(name_fields):
-            return []
+            return name_fields
         fields = name_fields.view(np.uint8).reshape(len(name_fields), -1)
         after_nul = np.logical_or.accumulate(fields == 0, axis=1)
         fields = np.where(after_nul, np.uint8(0), fields)
@@ -327,13 +324,16 @@ class HeaderWalker:
                 nul_joined(fields[not_ascii], ~after_nul[not_ascii])
             if prefixes is None:
                 return names
-            listed = decoded_names(names)
-            for row, prefix in enumerate(prefixes):
+            for prefix in prefixes:
                 if prefix is not None:
-                    listed[row] = prefix.decode("utf-8") + "/" + listed[row]
+                    prefix.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        return listed
+        listed = names.tolist()
+        for row, prefix in enumerate(prefixes):
+            if prefix is not None:
+                listed[row] = prefix + b"/" + listed[row]
+        return np.array(listed)
 
     def _walk(self) -> tuple[list[str], array, array, array]:
         """Walk every header once, slicing only the fields it needs and jumping over member data."""
