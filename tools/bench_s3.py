@@ -228,18 +228,18 @@ def energon_wrong(name: str, folder: Path, ours: Index, theirs: Index, scratch: 
         tar_idx for tar_idx in set(ours[0]) | set(theirs[0]) if ours[0].get(tar_idx) != theirs[0].get(tar_idx)
     )
     truths = {tar_idx: tarfile_index(folder / tar_idx.removesuffix(".idx")) for tar_idx in differing}
-    shards = [tar_idx.removesuffix(".idx") for tar_idx in differing]
-    ids = {ours[2].index(shard) for shard in shards if shard in ours[2]}
+    ids = {
+        tar_idx: ours[2].index(tar_idx.removesuffix(".idx"))
+        for tar_idx in differing
+        if tar_idx.removesuffix(".idx") in ours[2]
+    }
     if not (
         differing
         and ours[2] == theirs[2]
         and len(ids) == len(differing)
         and all(ours[0].get(tar_idx) == truth for tar_idx, truth in truths.items())
-        and all(
-            _sample_rows(ours, ours[2].index(tar_idx[:-4])) == _rows_of(truth)
-            for tar_idx, truth in truths.items()
-        )
-        and _without(ours[1], ids) == _without(theirs[1], ids)
+        and all(_sample_rows(ours, ids[tar_idx]) == _rows_of(truth) for tar_idx, truth in truths.items())
+        and _without(ours[1], set(ids.values())) == _without(theirs[1], set(ids.values()))
     ):
         raise SystemExit(
             f"{name}: the two indexes differ, and not only where energon's is wrong:\n"
@@ -401,17 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.datasets.split(","):
             ours = next(run for run in runs if run.dataset == name and run.tool == "shardprep")
             theirs = next((run for run in runs if run.dataset == name and run.tool == "energon"), None)
-            if theirs is not None and theirs.failed:
+            if theirs is None or theirs.failed:
                 print(
-                    f"{name:8s}  {ours.rate:19,.0f}   {'failed':>17s}   {'-':>5s}   {ours.read_percent:6.2f}% / -"
-                    f"{'':>23s}{ours.cpu_seconds:8.1f} s / -; energon stopped after {theirs.seconds:.1f} s:"
-                    f" {theirs.failed}"
-                )
-                continue
-            if theirs is None:
-                print(
-                    f"{name:8s}  {ours.rate:19,.0f}   {'-':>17s}   {'-':>5s}   {ours.read_percent:6.2f}% / -"
-                    f"{'':>23s}{ours.cpu_seconds:8.1f} s / -"
+                    f"{name:8s}  {ours.rate:19,.0f}   {'failed' if theirs else '-':>17s}   {'-':>5s}"
+                    f"   {ours.read_percent:6.2f}% / -{'':>23s}{ours.cpu_seconds:8.1f} s / -"
+                    + (f"; energon stopped after {theirs.seconds:.1f} s: {theirs.failed}" if theirs else "")
                 )
                 continue
             print(
