@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -90,45 +91,63 @@ class SqliteIndexWriter:
     """
 
     def __init__(self, path: Path, shard_names: list[str]) -> None:
+        from prep.index.btree import OrderedTables  # numpy, only where an index is written
+
         self.path = path
         self.shard_names = shard_names
-        self.db = sqlite3.connect(path, isolation_level=None)
         self._finished = False
-        # A fresh file in a staging folder that nobody reads before we finish: no fsync, journal in RAM
-        # (per-shard transactions keep it small), a small page cache (rows and index entries are appended).
-        for pragma in (
-            "PRAGMA journal_mode = MEMORY",
-            "PRAGMA synchronous = OFF",
-            "PRAGMA locking_mode = EXCLUSIVE",
-            f"PRAGMA cache_size = -{INSERT_CACHE_KIB}",
-        ):
-            self.db.execute(pragma)
-        self.db.execute(SAMPLES_TABLE)
-        self.db.execute(SAMPLE_PARTS_TABLE)
-        for statement in SECONDARY_INDEXES:
-            self.db.execute(statement)
+        with closing(sqlite3.connect(path, isolation_level=None)) as db:
+            db.execute(SAMPLES_TABLE)
+            db.execute(SAMPLE_PARTS_TABLE)
+            for statement in SECONDARY_INDEXES:
+                db.execute(statement)
+        #: Pages written directly while rows come in order; then sqlite, from the first shard that does not.
+        self.ordered: OrderedTables | None = OrderedTables(path)
+        self.db: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        """sqlite's connection to the index, the directly written pages closed first."""
+        if self.db is None:
+            if self.ordered is not None:
+                self.ordered.close()
+                self.ordered = None
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            # A fresh file in a staging folder that nobody reads before we finish: no fsync, journal in
+            # RAM (per-shard transactions keep it small), a small page cache (rows are mostly appended).
+            for pragma in (
+                "PRAGMA journal_mode = MEMORY",
+                "PRAGMA synchronous = OFF",
+                "PRAGMA locking_mode = EXCLUSIVE",
+                f"PRAGMA cache_size = -{INSERT_CACHE_KIB}",
+            ):
+                self.db.execute(pragma)
+        return self.db
 
     def add_rows(self, rows: ShardRows) -> None:
         """Insert one shard's rows straight from their columns (`prepare` scans them with `shard_rows`,
         `write` records them as it writes); a key already in the index raises DuplicateKeyError naming
         both places."""
-        self.db.execute("BEGIN")
+        if self.ordered is not None:
+            columns = _ordered_columns(rows)
+            if columns is not None and self.ordered.add(columns):
+                return
+        db = self._connection()
+        db.execute("BEGIN")
         try:
             samples = [_SampleKeys(rows), range(rows.count), rows.sample_starts, rows.sample_sizes]
-            insert_columns(self.db, "samples", rows.tar_file_id, samples)
+            insert_columns(db, "samples", rows.tar_file_id, samples)
         except sqlite3.IntegrityError:
-            self.db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise self._duplicate_of(rows) from None
         parts = [rows.part_samples, rows.part_names, rows.part_offsets, rows.part_sizes]
-        insert_columns(self.db, "sample_parts", rows.tar_file_id, parts)
-        self.db.execute("COMMIT")
+        insert_columns(db, "sample_parts", rows.tar_file_id, parts)
+        db.execute("COMMIT")
 
     def _duplicate_of(self, rows: ShardRows) -> DuplicateKeyError:
         """The first sample of `rows` whose key is already in the index, as an error naming both places."""
+        db = self._connection()
         for key, offset in zip(rows.sample_keys, rows.sample_starts, strict=True):
-            found = self.db.execute(
-                "SELECT tar_file_id, byte_offset FROM samples WHERE sample_key = ?", (key,)
-            )
+            found = db.execute("SELECT tar_file_id, byte_offset FROM samples WHERE sample_key = ?", (key,))
             row = found.fetchone()
             if row is not None:
                 first_shard, first_offset = row
@@ -144,7 +163,10 @@ class SqliteIndexWriter:
 
     def finish(self) -> None:
         """Close the finished database."""
-        self.db.close()
+        if self.ordered is not None:
+            self.ordered.close()
+        if self.db is not None:
+            self.db.close()
         self._finished = True
 
     def __enter__(self) -> SqliteIndexWriter:
@@ -152,7 +174,33 @@ class SqliteIndexWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         if not self._finished:
-            self.db.close()
+            if self.ordered is not None:
+                self.ordered.abandon()
+            if self.db is not None:
+                self.db.close()
+
+
+def _ordered_columns(rows: ShardRows) -> dict[str, list] | None:
+    """A shard's rows as the columns of `samples` and `sample_parts`, for `OrderedTables.add`; None if
+    its texts are not for it (a key with a NUL in it)."""
+    import numpy as np
+
+    from prep.index.btree import Unsupported, texts_between_nuls, texts_of
+
+    def ints(values: Sequence[int]) -> np.ndarray:
+        return np.frombuffer(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
+
+    try:
+        keys = texts_between_nuls(rows.keys_text, rows.count)
+        names = texts_of(rows.part_names)
+    except Unsupported:
+        return None
+    shard_samples = np.full(rows.count, rows.tar_file_id, dtype=np.int64)
+    shard_parts = np.full(len(rows.part_names), rows.tar_file_id, dtype=np.int64)
+    samples = [shard_samples, keys, np.arange(rows.count, dtype=np.int64)]
+    samples += [ints(rows.sample_starts), ints(rows.sample_sizes)]
+    parts = [shard_parts, ints(rows.part_samples), names, ints(rows.part_offsets), ints(rows.part_sizes)]
+    return {"samples": samples, "sample_parts": parts}
 
 
 class MediaIndexWriter:
