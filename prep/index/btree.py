@@ -250,23 +250,28 @@ class _Tree:
         if rowids is not None:
             rowids = np.concatenate((self.pending_rowids, rowids))
         ends = np.cumsum(lengths)
-        costs = (ends + 2 * np.arange(1, len(lengths) + 1)).tolist()  # each cell and its 2-byte pointer
         room = self.out.page_size - LEAF_HEADER
-        # a full index leaf needs the entry after it (its divider) and one more after that
+        # a full leaf needs a cell after it; a full index leaf the entry after it (its divider) and one more
         enough = len(lengths) - (1 if self.index else 0)
         pages: list[tuple[int, int]] = []
-        first = 0
-        while True:
-            stop = bisect_right(costs, (costs[first - 1] if first else 0) + room)
-            if stop >= enough:
-                break
-            pages.append((first, stop))
-            first = stop + 1 if self.index else stop
+        first, step = 0, None
+        if int(lengths.min()) == int(lengths.max()):  # cells of one size: as many in each leaf
+            per_page = room // (int(lengths[0]) + 2)
+            step = per_page + 1 if self.index else per_page
+            pages = [(first, first + per_page) for first in range(0, enough - per_page, step)]
+            first = len(pages) * step
+        else:
+            costs = (ends + 2 * np.arange(1, len(lengths) + 1)).tolist()  # each cell and its pointer
+            while True:
+                stop = bisect_right(costs, (costs[first - 1] if first else 0) + room)
+                if stop >= enough:
+                    break
+                pages.append((first, stop))
+                first = stop + 1 if self.index else stop
         starts = ends - lengths
         if pages:
-            numbers = self.out.leaf_pages(
-                INDEX_LEAF if self.index else TABLE_LEAF, cells, starts, ends, pages
-            )
+            kind = INDEX_LEAF if self.index else TABLE_LEAF
+            numbers = self.out.leaf_pages(kind, cells, starts, ends, pages, step=step)
             self.leaves.extend(numbers)
             stops = [stop for _, stop in pages]
             if self.index:
@@ -410,9 +415,11 @@ class BTreeFile:
         ends: np.ndarray,
         pages: list[tuple[int, int]],
         at: int | None = None,
+        step: int | None = None,
     ) -> list[int]:
         """Leaves holding the cells first..stop-1 of each of `pages`, each page's cells laid out in their
-        order at its end; their page numbers (`at` for a single page that goes in a root's place)."""
+        order at its end; their page numbers (`at` for a single page that goes in a root's place). With
+        `step`, the cells are all of one size, as many in each page, and pages start `step` cells apart."""
         size = self.page_size
         firsts = np.array([first for first, _ in pages], dtype=np.int64)
         stops = np.array([stop for _, stop in pages], dtype=np.int64)
@@ -423,6 +430,13 @@ class BTreeFile:
         buffer[:, 0] = kind
         buffer[:, 3:5] = counts.astype(">u2").view(np.uint8).reshape(-1, 2)
         buffer[:, 5:7] = tops.astype(">u2").view(np.uint8).reshape(-1, 2)
+        if step is not None:  # same-size cells, `step` apart from page to page: all pages at once
+            count, cell = int(counts[0]), int(ends[firsts[0]] - starts[firsts[0]])
+            spread = cells[starts[firsts[0]] : starts[firsts[0]] + len(pages) * step * cell]
+            buffer[:, size - count * cell :] = spread.reshape(len(pages), step * cell)[:, : count * cell]
+            pointers = (int(tops[0]) + cell * np.arange(count)).astype(">u2").view(np.uint8)
+            buffer[:, LEAF_HEADER : LEAF_HEADER + 2 * count] = pointers
+            return self._place_many(buffer)
         # each cell's pointer: its page's top plus where it starts after the page's first cell
         chosen = np.concatenate([np.arange(first, stop) for first, stop in pages])
         pointers = (np.repeat(tops - starts[firsts], counts) + starts[chosen]).astype(">u2").view(np.uint8)
