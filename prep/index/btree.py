@@ -36,6 +36,8 @@ TABLE_LEAF, TABLE_INTERIOR, INDEX_LEAF, INDEX_INTERIOR = 0x0D, 0x05, 0x0A, 0x02
 LEAF_HEADER, INTERIOR_HEADER = 8, 12
 #: Where the database header keeps the page count (and the counter that says it is valid).
 HEADER_PAGE_COUNT, HEADER_CHANGE_COUNTER, HEADER_VALID_FOR = 28, 24, 92
+#: The byte sqlite locks a database file at: the page that holds it is never part of the database.
+LOCK_BYTE = 1 << 30
 #: Integer serial types by the bytes they take (1, 2, 3, 4, 6 or 8), and the largest value of each.
 INT_SERIAL = {1: 1, 2: 2, 3: 3, 4: 4, 6: 5, 8: 6}
 INT_LIMITS = ((1, 0x7F), (2, 0x7FFF), (3, 0x7FFFFF), (4, 0x7FFFFFFF), (6, 0x7FFFFFFFFFFF), (8, 2**63 - 1))
@@ -405,7 +407,7 @@ class BTreeFile:
         self.file = open(path, "r+b")  # noqa: SIM115 - closed by close() or abandon()
         size = self.file.seek(0, io.SEEK_END)
         self.next_page = size // page_size + 1
-        self._pending: list[bytes] = []
+        self.lock_page = LOCK_BYTE // page_size + 1
 
     def leaf_pages(
         self,
@@ -468,35 +470,34 @@ class BTreeFile:
         return self._place(page, at)
 
     def _place(self, page: bytes, at: int | None) -> int:
-        if at is not None:
-            self._flush()
-            self.file.seek((at - 1) * self.page_size)
-            self.file.write(page)
-            self.file.seek(0, io.SEEK_END)
-            return at
-        self._pending.append(page)
-        if len(self._pending) >= 256:
-            self._flush()
-        number = self.next_page
-        self.next_page += 1
-        return number
+        """Put one page in place `at`, or append it; its page number."""
+        if at is None:
+            return self._place_many(np.frombuffer(page, dtype=np.uint8).reshape(1, -1))[0]
+        self.file.seek((at - 1) * self.page_size)
+        self.file.write(page)
+        self.file.seek(0, io.SEEK_END)
+        return at
 
     def _place_many(self, pages: np.ndarray) -> list[int]:
-        """Append whole pages (rows of `pages`); their page numbers."""
-        self._flush()
-        self.file.write(pages.data)
-        numbers = list(range(self.next_page, self.next_page + len(pages)))
-        self.next_page += len(pages)
+        """Append whole pages (rows of `pages`); their page numbers. The page holding the byte at 1 GiB,
+        sqlite's lock-byte page, is left out: it holds nothing, and reading it is an error."""
+        numbers: list[int] = []
+        first = 0
+        while first < len(pages):
+            if self.next_page == self.lock_page:
+                self.file.write(bytes(self.page_size))
+                self.next_page += 1
+            stop = len(pages)
+            if self.next_page < self.lock_page < self.next_page + stop - first:
+                stop = first + self.lock_page - self.next_page
+            self.file.write(pages[first:stop].data)
+            numbers.extend(range(self.next_page, self.next_page + stop - first))
+            self.next_page += stop - first
+            first = stop
         return numbers
-
-    def _flush(self) -> None:
-        if self._pending:
-            self.file.write(b"".join(self._pending))
-            self._pending.clear()
 
     def close(self) -> None:
         """Write the page count and close the file (each tree closed first)."""
-        self._flush()
         self.file.seek(HEADER_CHANGE_COUNTER)
         counter = self.file.read(4)
         self.file.seek(HEADER_VALID_FOR)

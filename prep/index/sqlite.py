@@ -1,13 +1,16 @@
 """`index.sqlite`, written and read: the only module with SQL in it.
 
 `SqliteIndexWriter` builds a fresh index from each shard's `ShardRows` (one writer serves `prepare` and
-`write`): rows go in per shard in bulk, and the sample-key uniqueness energon relies on is enforced by the
-table. The secondary indexes are there from the start: rows come nearly in the order they sort in (shard
-by shard, sample by sample), so each insert lands at their end, which costs less than sorting every row
-into them afterwards (10M samples: 13.7 s in all against 10.1 s of inserts and 8.9 s of index builds),
-and leaves nothing to do once the last shard is in. `IndexReader` holds every query anyone runs
-against an index: row lookups (preview), whole columns (verify, info), and the joins a mount answers
-names and listings with, each a named method, over one read-only connection per thread.
+`write`). sqlite makes the file with energon's tables and indexes; while the rows come in the order they
+sort in (shard by shard, sample keys ascending: nearly every dataset), `prep.index.btree` writes them as
+finished pages, about 3x cheaper than sqlite's inserts (1M samples: 0.34 s against 1.09 s); from the
+first shard that does not continue in order (keys that go back, a duplicate, a key with a NUL), sqlite
+inserts the rest per shard in bulk, where the table enforces the sample-key uniqueness energon relies on.
+The indexes are there from the start: rows land at their end either way, which costs less than sorting
+every row into them afterwards, and leaves nothing to do once the last shard is in. `IndexReader` holds
+every query anyone runs against an index: row lookups (preview), whole columns (verify, info), and the
+joins a mount answers names and listings with, each a named method, over one read-only connection per
+thread.
 """
 
 from __future__ import annotations

@@ -173,3 +173,22 @@ def test_a_half_built_index_is_closed_when_the_run_stops(tmp_path: Path) -> None
         writer.add_rows(shard_rows(0, ["a", "b"]))
         raise RuntimeError("stopped")
     assert writer.ordered is not None and writer.ordered.out.file.closed
+
+
+def test_an_index_past_one_gib_leaves_sqlites_lock_byte_page_out(tmp_path: Path) -> None:
+    # sqlite never uses the page holding the byte at 1 GiB; long keys reach it with few rows
+    prefix = "k" * 900
+    shards = [shard_rows(i, [f"{prefix}{i:03d}{n:04d}" for n in range(5000)]) for i in range(110)]
+    path = tmp_path / "index.sqlite"
+    assert build(path, shards)
+    assert path.stat().st_size > 1 << 30
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert db.execute("SELECT count(*) FROM samples").fetchone() == (550_000,)
+        found = db.execute(
+            "SELECT tar_file_id, sample_index FROM samples WHERE sample_key = ?", (f"{prefix}1094321",)
+        )
+        assert found.fetchall() == [(109, 4321)]
+    finally:
+        db.close()
