@@ -5,7 +5,7 @@ Both tools run, as child processes, against an S3 server on loopback, started he
 installed), or moto (`tests.support.s3`, Python), run by `tests.support.moto_counted`, which counts the
 bytes of the response bodies it sends (the gateway counts them itself). Each dataset is uploaded once;
 each tool prepares it as it was uploaded (`--split-ratio 1,0,0`; the other tool's index is downloaded and
-deleted in between), and the two indexes (every `.tar.idx`, the sqlite rows) are compared: a fast wrong
+deleted in between; each starts once the server is idle again), and the two indexes (every `.tar.idx`, the sqlite rows) are compared: a fast wrong
 answer is worthless. Where they differ, Python's tarfile referees the shards concerned: a wrong index of
 shardprep's stops the benchmark; a wrong one of energon's (its forked workers can read each other's
 answers on a server that keeps connections open, see README) is reported and its time flagged, and an
@@ -174,6 +174,22 @@ def index_of(server: S3Server, prefix: str, scratch: Path) -> Index:
     return tar_indexes(folder), sqlite_contents(meta / "index.sqlite"), shards
 
 
+def settle(server: S3Server, quiet: float = 0.03, longest: float = 180) -> None:
+    """Wait until the server is idle (under `quiet` CPU-seconds a second, over two seconds), up to
+    `longest` seconds: after taking in many GB, or deleting an index, Ceph's store compacts and cleans up
+    for a while, and a run started then would share the CPUs with that. Each tool starts on an idle server."""
+    started = time.perf_counter()
+    before, rate = server.cpu_seconds(), 0.0
+    while time.perf_counter() - started < longest:
+        time.sleep(2)
+        now = server.cpu_seconds()
+        rate, before = (now - before) / 2, now
+        if rate < quiet:
+            break
+    waited = time.perf_counter() - started
+    print(f"  (waited {waited:.0f} s for the server to be idle: {rate:.2f} CPU-seconds a second)", flush=True)
+
+
 def bench_dataset(
     name: str,
     folder: Path,
@@ -192,6 +208,7 @@ def bench_dataset(
     server.upload_folder(folder, BUCKET, name, "*.tar")
     print(f"  uploaded to the server in {time.perf_counter() - started:.1f} s", flush=True)
     for tool in tools:
+        settle(server)
         sent, busy = server.bytes_sent(), server.cpu_seconds()
         seconds, cpu, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, workers)
         read, busy = server.bytes_sent() - sent, server.cpu_seconds() - busy
