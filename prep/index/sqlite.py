@@ -100,10 +100,13 @@ class SqliteIndexWriter:
         self.shard_names = shard_names
         self._finished = False
         with closing(sqlite3.connect(path, isolation_level=None)) as db:
+            db.execute("PRAGMA synchronous = OFF")  # a fresh file in a staging folder (see _connection)
+            db.execute("BEGIN")
             db.execute(SAMPLES_TABLE)
             db.execute(SAMPLE_PARTS_TABLE)
             for statement in SECONDARY_INDEXES:
                 db.execute(statement)
+            db.execute("COMMIT")
         #: Pages written directly while rows come in order; then sqlite, from the first shard that does not.
         self.ordered: OrderedTables | None = OrderedTables(path)
         self.db: sqlite3.Connection | None = None
