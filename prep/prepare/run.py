@@ -83,7 +83,6 @@ from prep.prepare.shards import (
     index_shard,
     list_dataset_shards,
     reindexed_shards,
-    release_freed_memory,
     scan_shard,
 )
 from prep.processes import ordered_map, worker_count
@@ -524,7 +523,6 @@ def _insert_rows(
         samples = reused_shards = reused_samples = 0
         reusable = checkpoint.reusable if checkpoint is not None else set()
         for done, result in enumerate(results, 1):
-            release_freed_memory()  # the previous shard's rows are gone now
             failed = _add_shard(staged, writer, result, strict, errors)
             count = 0 if failed or isinstance(result, ShardError) else result.count
             samples += count
