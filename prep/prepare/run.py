@@ -37,7 +37,7 @@ import os
 import stat
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -594,11 +594,18 @@ def _scanned(
     worker processes here, which write the `.tar.idx` themselves, or as Ray tasks, whose rows come back
     for this process to write it (a Ray worker may be on a machine that cannot see the staging); or by
     the `source` the shards are in, the `.tar.idx` written here."""
+    # Each iterator is closed on the way out, an interrupt included: its workers end there, before the
+    # caller's staging is removed (left to the garbage collector, a worker could still be writing a staged
+    # `.tar.idx` after the staging was gone).
     if source is not None:
-        yield _tar_indexes_written(source.scan(tasks, workers), [task[3] for task in tasks])
+        with closing(_tar_indexes_written(source.scan(tasks, workers), [task[3] for task in tasks])) as scans:
+            yield scans
         return
     if engine == LOCAL:
-        yield ordered_map(index_shard, tasks, workers, what="indexing shards", preload="prep.tar.scan")
+        with closing(
+            ordered_map(index_shard, tasks, workers, what="indexing shards", preload="prep.tar.scan")
+        ) as scans:
+            yield scans
         return
     from prep.engines.ray_cluster import RayEngine  # Ray is slow to import: only for --engine ray
 
@@ -606,7 +613,8 @@ def _scanned(
         # Absolute: a Ray worker does not run in this process's folder.
         remote = [(os.path.abspath(root), shard, tar_file_id) for root, shard, tar_file_id, _ in tasks]
         scans = cluster.ordered_map(scan_shard, remote, what="indexing shards", name=lambda task: task[1])
-        yield _tar_indexes_written(scans, [task[3] for task in tasks])
+        with closing(_tar_indexes_written(scans, [task[3] for task in tasks])) as written:
+            yield written
 
 
 def _not_reused(
