@@ -22,10 +22,11 @@ Datasets (made here, or the text one given by `--dataset`, as `tools.bench_scale
 - ``big``: a ``--big-bytes`` binary part and a small JSON part per sample.
 
 Printed per dataset: wall time and samples/s of each tool, the ratio, bytes read as a % of the shards'
-size, and the CPU time of each tool (its whole process tree) and of the server meanwhile. The server runs
-on the same machine as the tool it serves: on a machine of few cores its CPU time is taken from the
-tool's (a real store's is not), which weighs on the faster tool most; the tools' CPU times show what
-they cost by themselves. The figures compare the two tools under the same server; they do not predict
+size, the CPU time of each tool (its whole process tree) and of the server meanwhile, and how busy the
+two together kept the machine's CPUs. The server runs on the same machine as the tool it serves: on a
+machine of few cores its CPU time is taken from the tool's (a real store's is not), which weighs on the
+faster tool most (near 100%, the tool can only get faster by costing less CPU); the tools' CPU times
+show what they cost by themselves. The figures compare the two tools under the same server; they do not predict
 S3's absolute speed.
 
     python -m tools.bench_s3
@@ -72,6 +73,8 @@ SERVERS = {
     "ceph": "Ceph's object gateway on loopback (radosgw, C++; one BlueStore daemon on a file)",
 }
 BUCKET = "bench-s3"
+#: The CPUs the tool and the server share (the busier they are, the less a faster tool can gain).
+CPUS = os.cpu_count() or 1
 
 
 @dataclass
@@ -216,7 +219,8 @@ def bench_dataset(
         print(
             f"  {name:5s} {tool:9s} {seconds:8.2f} s  {samples / seconds:12,.0f} samples/s"
             f"  read {read:,} B = {100 * read / size:6.2f}% of {size:,} B; CPU: the tool's {cpu:.1f} s,"
-            f" the server's {busy:.1f} s" + (f"; it FAILED: {failed}" if failed else ""),
+            f" the server's {busy:.1f} s, together {100 * (cpu + busy) / (seconds * CPUS):.0f}% of the"
+            f" machine's {CPUS} CPUs" + (f"; it FAILED: {failed}" if failed else ""),
             flush=True,
         )
         if len(tools) == 2 and not failed:
