@@ -43,6 +43,11 @@ LOCK_BYTE = 1 << 30
 #: Integer serial types by the bytes they take (1, 2, 3, 4, 6 or 8), and the largest value of each.
 INT_SERIAL = {1: 1, 2: 2, 3: 3, 4: 4, 6: 5, 8: 6}
 INT_LIMITS = ((1, 0x7F), (2, 0x7FFF), (3, 0x7FFFFF), (4, 0x7FFFFFFF), (6, 0x7FFFFFFFFFFF), (8, 2**63 - 1))
+#: `Texts` pads each text to the longest of its column: where that would take more than PADDING times the
+#: texts' own bytes (and PADDING_SLACK), a few long texts among many short ones, the shard is left to sqlite.
+PADDING, PADDING_SLACK = 4, 1 << 20
+#: Texts are padded this many bytes at a time (the work arrays take 8 bytes per byte padded).
+PAD_CHUNK = 1 << 20
 #: Varints longer than this (values of 2**56 and more) are never needed here.
 MAX_VARINT = 8
 _VARINT_STEPS = np.array([1 << (7 * k) for k in range(1, MAX_VARINT)], dtype=np.int64)
@@ -95,21 +100,31 @@ class Texts:
         self.lengths = lengths
 
     @classmethod
-    def of(cls, data: bytes, starts: np.ndarray, lengths: np.ndarray) -> Texts:
-        """The texts `data[starts[i] : starts[i] + lengths[i]]`."""
+    def of(cls, data: bytes, starts: np.ndarray, lengths: np.ndarray, longest: int) -> Texts:
+        """The texts `data[starts[i] : starts[i] + lengths[i]]`; Unsupported if one is over `longest`
+        bytes or `check_padding` refuses them.
+
+        >>> texts = Texts.of(b"ab cde", np.array([0, 3]), np.array([2, 3]), 10)
+        >>> texts.padded.tobytes(), texts.lengths.tolist()
+        (b'ab\\x00cde', [2, 3])
+        """
         buffer = np.frombuffer(data, dtype=np.uint8)
         if not len(lengths):
             return cls(np.zeros((0, 1), dtype=np.uint8), lengths)
         widest = max(1, int(lengths.max()))
+        check_padding(len(lengths), widest, int(lengths.sum()), longest)
         if int(lengths.min()) == widest and len(starts) > 1 and bool((np.diff(starts) == widest + 1).all()):
             # evenly spaced texts of one length (keys, each followed by its NUL): a view
             first = int(starts[0])
             rows = buffer[first : first + len(starts) * (widest + 1)]
             if len(rows) == len(starts) * (widest + 1):
                 return cls(rows.reshape(-1, widest + 1)[:, :widest], lengths)
-        places = starts[:, None] + np.arange(widest)
-        inside = np.arange(widest) < lengths[:, None]
-        padded = np.where(inside, buffer[np.minimum(places, len(buffer) - 1)], 0).astype(np.uint8)
+        padded = np.zeros((len(lengths), widest), dtype=np.uint8)
+        columns = np.arange(widest)
+        step = max(1, PAD_CHUNK // widest)
+        for at in range(0, len(lengths), step):
+            places = np.minimum(starts[at : at + step, None] + columns, len(buffer) - 1)
+            padded[at : at + step] = np.where(columns < lengths[at : at + step, None], buffer[places], 0)
         return cls(padded, lengths)
 
     def __len__(self) -> int:
@@ -125,7 +140,7 @@ def records(columns: list, rowids: np.ndarray | None, limit: int) -> tuple[np.nd
     An integer column is an int64 array, a text column `Texts`; a record over `limit` bytes (it would
     need overflow pages) raises Unsupported.
 
-    >>> flat, lengths = records([np.array([7]), Texts.of(b"ab", np.array([0]), np.array([2]))], None, 999)
+    >>> flat, lengths = records([np.array([7]), Texts.of(b"ab", np.array([0]), np.array([2]), 9)], None, 999)
     >>> flat.tobytes().hex(" "), lengths.tolist()
     ('06 03 01 11 07 61 62', [7])
     """
@@ -566,6 +581,8 @@ class OrderedTables:
             positions = [self.tables[table].columns.index(column) for column in index_columns]
             tree = _Tree(self.out, root, index=True)
             self.tables[table].indexes.append(_Index(tree, positions, unique[name]))
+        #: No text longer than this fits a record without overflow pages (the `longest` of `Texts`).
+        self.longest_text = self.out.max_local_table
 
     def add(self, rows: dict[str, list]) -> bool:
         """Add each table's next rows, given as its columns in order (int64 arrays and `Texts`), if they
@@ -658,9 +675,31 @@ def _entry(columns: list, row: int) -> tuple:
     )
 
 
-def texts_between_nuls(text: str, count: int) -> Texts:
-    """`count` texts each followed by a NUL in `text`, as `Texts`; Unsupported if one holds a NUL itself or
-    cannot be UTF-8."""
+def check_padding(count: int, widest: int, total: int, longest: int) -> None:
+    """Unsupported where `count` texts of `total` bytes, padded to the `widest`, are not for `Texts`: one
+    is over `longest` bytes (no record holds it without overflow pages), or the padding would take more
+    than PADDING times their bytes (one long text among many short ones: memory for every row).
+
+    >>> check_padding(1000, 1000, 1000 * 999, 4000), check_padding(10, 30, 300, 20)
+    Traceback (most recent call last):
+    ...
+    prep.index.btree.Unsupported: a text of 30 bytes, over the 20 a page holds
+    >>> check_padding(1_000_000, 990, 8_000_990, 4000)
+    Traceback (most recent call last):
+    ...
+    prep.index.btree.Unsupported: texts of very different lengths (up to 990 bytes, 8 on average)
+    """
+    if widest > longest:
+        raise Unsupported(f"a text of {widest} bytes, over the {longest} a page holds")
+    if count * widest > PADDING * total + PADDING_SLACK:
+        raise Unsupported(
+            f"texts of very different lengths (up to {widest} bytes, {total // count} on average)"
+        )
+
+
+def texts_between_nuls(text: str, count: int, longest: int) -> Texts:
+    """`count` texts each followed by a NUL in `text`, as `Texts`; Unsupported if one holds a NUL itself,
+    cannot be UTF-8, or `Texts.of` refuses them."""
     if text.count("\0") != count:
         raise Unsupported("a NUL inside a text")
     try:
@@ -669,14 +708,19 @@ def texts_between_nuls(text: str, count: int) -> Texts:
         raise Unsupported("a text that is not UTF-8") from error
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0)
     starts = np.concatenate(([0], ends[:-1] + 1)) if count else ends
-    return Texts.of(data, starts, ends - starts)
+    return Texts.of(data, starts, ends - starts, longest)
 
 
-def texts_of(values: list[str]) -> Texts:
-    """`values` (few distinct ones, many times over: part names) as `Texts`."""
+def texts_of(values: list[str], longest: int) -> Texts:
+    """`values` (few distinct ones, many times over: part names) as `Texts`; Unsupported as for
+    `texts_between_nuls`."""
     distinct = list(dict.fromkeys(values))
-    table = texts_between_nuls("".join(value + "\0" for value in distinct), len(distinct))
+    table = texts_between_nuls("".join(value + "\0" for value in distinct), len(distinct), longest)
     if len(distinct) == 1:
-        return table.take(np.zeros(len(values), dtype=np.int64))
-    number = {value: i for i, value in enumerate(distinct)}
-    return table.take(np.fromiter(map(number.__getitem__, values), dtype=np.int64, count=len(values)))
+        codes = np.zeros(len(values), dtype=np.int64)
+    else:
+        number = {value: i for i, value in enumerate(distinct)}
+        codes = np.fromiter(map(number.__getitem__, values), dtype=np.int64, count=len(values))
+    lengths = table.lengths[codes]
+    check_padding(len(values), table.padded.shape[1], int(lengths.sum()), longest)
+    return table.take(codes)

@@ -134,7 +134,7 @@ class SqliteIndexWriter:
         `write` records them as it writes); a key already in the index raises DuplicateKeyError naming
         both places."""
         if self.ordered is not None:
-            columns = _ordered_columns(rows)
+            columns = _ordered_columns(rows, self.ordered.longest_text)
             if columns is not None and self.ordered.add(columns):
                 return
         db = self._connection()
@@ -186,9 +186,10 @@ class SqliteIndexWriter:
                 self.db.close()
 
 
-def _ordered_columns(rows: ShardRows) -> dict[str, list] | None:
+def _ordered_columns(rows: ShardRows, longest: int) -> dict[str, list] | None:
     """A shard's rows as the columns of `samples` and `sample_parts`, for `OrderedTables.add`; None if
-    its texts are not for it (a key with a NUL in it)."""
+    its texts are not for it (a key with a NUL in it, one over `longest` bytes, or one far longer than
+    the rest: `prep.index.btree.check_padding`)."""
     import numpy as np
 
     from prep.index.btree import Unsupported, texts_between_nuls, texts_of
@@ -197,8 +198,8 @@ def _ordered_columns(rows: ShardRows) -> dict[str, list] | None:
         return np.frombuffer(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
 
     try:
-        keys = texts_between_nuls(rows.keys_text, rows.count)
-        names = texts_of(rows.part_names)
+        keys = texts_between_nuls(rows.keys_text, rows.count, longest)
+        names = texts_of(rows.part_names, longest)
     except Unsupported:
         return None
     shard_samples = np.full(rows.count, rows.tar_file_id, dtype=np.int64)

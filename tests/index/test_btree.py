@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,30 @@ def test_keys_pages_cannot_hold_go_through_sqlite(tmp_path: Path) -> None:
     assert_same_as_sqlite(tmp_path / "long", long_keys, direct=False)
     nul_keys = [shard_rows(0, ["a", "b\0c", "d"])]  # a PAX name can hold a NUL
     assert_same_as_sqlite(tmp_path / "nul", nul_keys, direct=False)
+
+
+def test_one_long_key_among_short_ones_goes_through_sqlite_in_little_memory(tmp_path: Path) -> None:
+    # Padding every key to the long one would take 50,000 x 990 bytes, and 8 times that to lay them out
+    # (a second reader's case: a 1M-sample shard with one such key needed ~17 GB, a longer one raised
+    # MemoryError); sqlite takes the shard instead.
+    keys = [f"{n:08d}" for n in range(50_000)] + ["z" * 990]
+    tracemalloc.start()
+    try:
+        assert_same_as_sqlite(
+            tmp_path / "one-long", [shard_rows(0, ["0"]), shard_rows(1, keys)], direct=False
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 << 20, f"peak {peak:,} B"
+    # a key no page holds (over the 4,061 bytes of a table leaf's record) among many: refused before
+    # anything is padded
+    keys = [f"{n:06d}" for n in range(2000)] + ["y" * 300_000]
+    assert_same_as_sqlite(tmp_path / "too-long", [shard_rows(0, keys)], direct=False)
+    # part names likewise: one long name among short ones
+    rows = shard_rows(0, [f"{n:06d}" for n in range(20_000)])
+    rows.part_names[-1] = "p" * 900
+    assert_same_as_sqlite(tmp_path / "long-part", [rows], direct=False)
 
 
 def test_duplicate_key_after_written_pages_names_both_places(tmp_path: Path) -> None:
