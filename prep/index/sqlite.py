@@ -4,7 +4,8 @@
 `write`). sqlite makes the file with energon's tables and indexes; while the rows come in the order they
 sort in (shard by shard, sample keys ascending: nearly every dataset), `prep.index.btree` writes them as
 finished pages, about 3x cheaper than sqlite's inserts (1M samples: 0.34 s against 1.09 s); from the
-first shard that does not continue in order (keys that go back, a duplicate, a key with a NUL), sqlite
+first shard that does not continue in order or fit the format's simple case (keys that go back, a
+duplicate, a key with a NUL, one too long for a page or far longer than the shard's others), sqlite
 inserts the rest per shard in bulk, where the table enforces the sample-key uniqueness energon relies on.
 The indexes are there from the start: rows land at their end either way, which costs less than sorting
 every row into them afterwards, and leaves nothing to do once the last shard is in. `IndexReader` holds
