@@ -680,7 +680,8 @@ def check_padding(count: int, widest: int, total: int, longest: int) -> None:
     is over `longest` bytes (no record holds it without overflow pages), or the padding would take more
     than PADDING times their bytes (one long text among many short ones: memory for every row).
 
-    >>> check_padding(1000, 1000, 1000 * 999, 4000), check_padding(10, 30, 300, 20)
+    >>> check_padding(1000, 1000, 999_000, 4000)  # texts of 999 bytes on average: little padding
+    >>> check_padding(10, 30, 300, 20)
     Traceback (most recent call last):
     ...
     prep.index.btree.Unsupported: a text of 30 bytes, over the 20 a page holds
@@ -693,7 +694,7 @@ def check_padding(count: int, widest: int, total: int, longest: int) -> None:
         raise Unsupported(f"a text of {widest} bytes, over the {longest} a page holds")
     if count * widest > PADDING * total + PADDING_SLACK:
         raise Unsupported(
-            f"texts of very different lengths (up to {widest} bytes, {total // count} on average)"
+            f"texts of very different lengths (up to {widest} bytes, {total // max(count, 1)} on average)"
         )
 
 
