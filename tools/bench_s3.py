@@ -9,8 +9,9 @@ deleted in between; each starts once the server is idle again), and the two inde
 answer is worthless. Where they differ, Python's tarfile referees the shards concerned: a wrong index of
 shardprep's stops the benchmark; a wrong one of energon's (its forked workers can read each other's
 answers on a server that keeps connections open, see README) is reported and its time flagged, and an
-energon run that fails (on Ceph, on such bytes; or for any other reason) is reported with its error.
-moto keeps objects over 1 MiB in
+energon run that fails (on Ceph, on such bytes; or for any other reason) is reported with its error; one
+that hangs (neither it nor the server using CPU for two minutes: energon, after such a failure, once
+waited at exit for good) is killed and reported. moto keeps objects over 1 MiB in
 temporary files (`MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`) and the gateway in a sparse file, so a dataset of
 many GB costs the server disk, not memory.
 
@@ -48,6 +49,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -73,6 +75,9 @@ SERVERS = {
     "ceph": "Ceph's object gateway on loopback (radosgw, C++; one BlueStore daemon on a file)",
 }
 BUCKET = "bench-s3"
+#: A tool that, with the server, uses under IDLE_RATE CPU-seconds a second for STALL_SECONDS (checked every
+#: STALL_CHECK seconds) has hung: it is killed and reported.
+STALL_SECONDS, STALL_CHECK, IDLE_RATE = 120.0, 10.0, 0.03
 #: The CPUs the tool and the server share (the busier they are, the less a faster tool can gain).
 CPUS = os.cpu_count() or 1
 
@@ -122,13 +127,19 @@ def shards_size(folder: Path) -> int:
 
 
 def prepare(
-    tool: str, address: str, env: dict[str, str], scratch: Path, workers: int | None = None
+    tool: str,
+    address: str,
+    env: dict[str, str],
+    scratch: Path,
+    server: S3Server,
+    workers: int | None = None,
 ) -> tuple[float, float, str]:
     """(wall seconds, CPU seconds, the error it stopped on or "") of one tool's prepare: the CPU time of
     its whole process tree (user and system), what a real object store would leave to the tool; the
     server's own is counted apart. What the tool printed is kept in `scratch/TOOL.out`. A shardprep that
     fails stops the benchmark; an energon that fails (whatever the cause: its workers can read each
-    other's answers, see README) is reported."""
+    other's answers, see README) is reported, and one that hangs (`STALL_SECONDS`) is killed and
+    reported."""
     command = (
         [sys.executable, "-m", "prep", "prepare", address, *FLAGS]
         + (["--num-workers", str(workers)] if workers else [])
@@ -136,22 +147,65 @@ def prepare(
         else [energon_executable(), "prepare", address, *FLAGS]
     )
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    result = subprocess.run(
-        command, env=env, capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL
-    )
+    with subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its workers too are ended if it hangs
+    ) as process:
+        stdout, stderr, hung = _watched(process, server)
     seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
-    if result.returncode != 0 and tool == "shardprep":
-        raise SystemExit(
-            f"{tool} prepare {address} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
-        )
+    if process.returncode != 0 and tool == "shardprep":
+        raise SystemExit(f"{tool} prepare {address} failed{hung}:\n{stdout[-2000:]}\n{stderr[-4000:]}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    (scratch / f"{tool}.out").write_text(result.stdout + result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    return (
-        seconds,
-        cpu,
-        (lines[-1] if lines else f"exit code {result.returncode}") if result.returncode else "",
-    )
+    (scratch / f"{tool}.out").write_text(stdout + stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    failed = (lines[-1] if lines else f"exit code {process.returncode}") + hung
+    return seconds, cpu, failed if process.returncode else ""
+
+
+def _watched(process: subprocess.Popen, server: S3Server) -> tuple[str, str, str]:
+    """(stdout, stderr, "" or what says it hung) of `process`, waited for; killed with its session if it
+    and the server both stay idle for STALL_SECONDS (energon, after a worker fails, can wait forever at
+    exit for a multiprocessing queue nobody reads any more)."""
+    last = (_session_cpu_seconds(process.pid), server.cpu_seconds())
+    still_since = time.perf_counter()
+    while True:
+        try:
+            stdout, stderr = process.communicate(timeout=STALL_CHECK)
+            return stdout, stderr, ""
+        except subprocess.TimeoutExpired:
+            now = (_session_cpu_seconds(process.pid), server.cpu_seconds())
+            if any(abs(b - a) > IDLE_RATE * STALL_CHECK for a, b in zip(last, now, strict=True)):
+                still_since = time.perf_counter()
+            last = now
+            if time.perf_counter() - still_since >= STALL_SECONDS:
+                os.killpg(process.pid, signal.SIGKILL)
+                stdout, stderr = process.communicate()
+                return (
+                    stdout,
+                    stderr,
+                    f"; then it hung (neither it nor the server used CPU for {STALL_SECONDS:.0f} s) and was killed",
+                )
+
+
+def _session_cpu_seconds(session: int) -> float:
+    """The CPU seconds (user and system) of the live processes of `session` (Linux's /proc)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[3]) == session:  # its session id
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 #: What `index_of` gives: (.tar.idx bytes by name, sqlite contents, the shards in .info.json's order).
@@ -177,7 +231,7 @@ def index_of(server: S3Server, prefix: str, scratch: Path) -> Index:
     return tar_indexes(folder), sqlite_contents(meta / "index.sqlite"), shards
 
 
-def settle(server: S3Server, quiet: float = 0.03, longest: float = 180) -> None:
+def settle(server: S3Server, quiet: float = IDLE_RATE, longest: float = 180) -> None:
     """Wait until the server is idle (under `quiet` CPU-seconds a second, over two seconds), up to
     `longest` seconds: after taking in many GB, or deleting an index, Ceph's store compacts and cleans up
     for a while, and a run started then would share the CPUs with that. Each tool starts on an idle server."""
@@ -213,7 +267,7 @@ def bench_dataset(
     for tool in tools:
         settle(server)
         sent, busy = server.bytes_sent(), server.cpu_seconds()
-        seconds, cpu, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, workers)
+        seconds, cpu, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, server, workers)
         read, busy = server.bytes_sent() - sent, server.cpu_seconds() - busy
         runs.append(Run(tool, name, samples, size, seconds, cpu, read, failed=failed))
         print(
