@@ -11,9 +11,9 @@ shardprep's stops the benchmark; a wrong one of energon's (its forked workers ca
 answers on a server that keeps connections open, see README) is reported and its time flagged, and an
 energon run that fails (on Ceph, on such bytes; or for any other reason) is reported with its error; one
 that hangs (neither it nor the server using CPU for two minutes: energon, after such a failure, once
-waited at exit for good) is killed and reported. moto keeps objects over 1 MiB in
-temporary files (`MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`) and the gateway in a sparse file, so a dataset of
-many GB costs the server disk, not memory.
+waited at exit for good) is killed and reported. moto keeps objects over 1 MiB in temporary files
+(`MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`) and the gateway in a sparse file, so a dataset of many GB costs the
+server disk, not memory.
 
 Datasets (made here, or the text one given by `--dataset`, as `tools.bench_scale --s3` does):
 
@@ -27,8 +27,8 @@ size, the CPU time of each tool (its whole process tree) and of the server meanw
 two together kept the machine's CPUs. The server runs on the same machine as the tool it serves: on a
 machine of few cores its CPU time is taken from the tool's (a real store's is not), which weighs on the
 faster tool most (near 100%, the tool can only get faster by costing less CPU); the tools' CPU times
-show what they cost by themselves. The figures compare the two tools under the same server; they do not predict
-S3's absolute speed.
+show what they cost by themselves. The figures compare the two tools under the same server; they do not
+predict S3's absolute speed.
 
     python -m tools.bench_s3
     python -m tools.bench_s3 --server moto
@@ -157,7 +157,11 @@ def prepare(
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # its workers too are ended if it hangs
     ) as process:
-        stdout, stderr, hung = _watched(process, server)
+        try:
+            stdout, stderr, hung = _watched(process, server)
+        except BaseException:  # Ctrl-C, say: the terminal's signal misses a session of its own
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
     seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode != 0 and tool == "shardprep":
         raise SystemExit(f"{tool} prepare {address} failed{hung}:\n{stdout[-2000:]}\n{stderr[-4000:]}")
