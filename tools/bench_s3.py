@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import ceph
+from tests.support.leftovers import SESSION, process_cpu_seconds, processes_where
 from tests.support.prepare import sqlite_contents, tar_indexes
 from tests.support.s3 import S3Server
 from tools import bench_datasets
@@ -198,18 +199,14 @@ def _watched(process: subprocess.Popen, server: S3Server) -> tuple[str, str, str
 
 
 def _session_cpu_seconds(session: int) -> float:
-    """The CPU seconds (user and system) of the live processes of `session` (Linux's /proc)."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """The CPU seconds (user and system) of the live processes of `session`."""
+    total = 0.0
+    for pid in processes_where(SESSION, session):
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            total += process_cpu_seconds(pid)
         except OSError:  # ended meanwhile
-            continue
-        if int(fields[3]) == session:  # its session id
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            pass
+    return total
 
 
 #: What `index_of` gives: (.tar.idx bytes by name, sqlite contents, the shards in .info.json's order).

@@ -87,7 +87,8 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def processes_where(field: int, value: int) -> list[int]:
-    """Live processes whose stat field `field` (1: parent pid, 2: process group) equals `value`."""
+    """Live processes whose stat field `field` (1: parent pid, 2: process group, 3: session) equals
+    `value`."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -100,4 +101,4 @@ def processes_where(field: int, value: int) -> list[int]:
     return found
 
 
-PARENT, GROUP = 1, 2
+PARENT, GROUP, SESSION = 1, 2, 3
