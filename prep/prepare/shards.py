@@ -19,6 +19,13 @@ from prep.index.meta import is_prepared, read_shard_counts
 from prep.index.rows import ShardRows, write_tar_index
 from prep.index.shard_list import exclude_shards, find_shards
 
+#: A worker hands the memory its scan freed back to the system (`release_freed_memory`) after a shard of
+#: this many members or more (or one that failed), where keeping it would hold tens of MB for the rest of
+#: the run and handing it back costs ~1% of the scan. After a smaller shard the next one reuses it: handing
+#: it back after each of 2,000 shards of 5,000 members cost the workers a sixth of their CPU time (1.4 of
+#: 9 s), in page faults to take it again.
+TRIM_AFTER_PARTS = 100_000
+
 
 def check_dataset_root(root: Path) -> None:
     if not root.exists():
@@ -65,6 +72,7 @@ def scan_shard(
 ) -> ShardRows | ShardError:
     """Index one shard, writing its staged `.tar.idx` if given (a Ray worker on another machine writes
     none: the driver does, from the rows). Errors come back as values, as from `index_shard`."""
+    rows = None
     try:
         rows = shard_rows(os.path.join(root, shard), shard, tar_file_id)
         if staged_tar_index is not None:
@@ -75,12 +83,13 @@ def scan_shard(
     except OSError as error:
         return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
     finally:
-        release_freed_memory()
+        if rows is None or len(rows.part_sizes) >= TRIM_AFTER_PARTS:
+            release_freed_memory()
 
 
 def release_freed_memory() -> None:
-    """Hand memory freed after a shard back to the system (glibc keeps it otherwise), so a long run's
-    footprint is that of one shard, not of the fragments of all of them."""
+    """Hand memory freed by a scan back to the system: glibc keeps up to tens of MB of it otherwise, which
+    the next shards reuse."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
