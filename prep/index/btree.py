@@ -190,7 +190,7 @@ def _same_size_records(
         if i in texts:
             cells[:, at : at + size] = texts[i].padded
         else:
-            cells[:, at : at + size] = column.astype(">i8").view(np.uint8).reshape(count, 8)[:, 8 - size :]
+            _put_int(cells, at, column, size)
         at += size
     return cells.reshape(-1), np.full(count, cell_size, dtype=np.int64)
 
@@ -236,9 +236,17 @@ def _records(
             cells[:, at : at + room] = texts[i].padded
             used[:, at : at + room] = np.arange(room) < texts[i].lengths[:, None]
         else:
-            cells[:, at : at + room] = column.astype(">i8").view(np.uint8).reshape(count, 8)[:, 8 - room :]
+            _put_int(cells, at, column, room)
         at += room
     return cells[used], payload + payload_lengths + (rowid_lengths if rowids is not None else 0)
+
+
+def _put_int(cells: np.ndarray, at: int, column: np.ndarray, size: int) -> None:
+    """`column` as `size`-byte big-endian integers in columns `at` onwards of `cells`, a byte column at a
+    time: numpy copies a few 1-byte columns twice as fast as one strided block of them."""
+    big_endian = column.astype(">i8").view(np.uint8).reshape(len(column), 8)
+    for k in range(size):
+        cells[:, at + k] = big_endian[:, 8 - size + k]
 
 
 # --- pages ----------------------------------------------------------------------------------------
