@@ -62,7 +62,7 @@ _REFUSED = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 @contextmanager
-def plain_io_errors(root: Path, command: str) -> Iterator[None]:
+def plain_io_errors(root: Path | str, command: str) -> Iterator[None]:
     """Turn a full disk, a read-only filesystem or a refused permission met while `command` works on
     `root` into a PrepError that says so. Runs stage everything and put nothing in place on an error, so
     the message can promise that what was there before is untouched."""
@@ -86,14 +86,14 @@ def plain_io_errors(root: Path, command: str) -> Iterator[None]:
         raise
 
 
-def _full(root: Path, command: str, where: object) -> str:
+def _full(root: Path | str, command: str, where: object) -> str:
     return (
         f"No space left on the device while {command} wrote {where}. Nothing was put in place: {root} is as"
         " it was before the run. Free some space there and run again."
     )
 
 
-def _refused(root: Path, command: str, where: object, why: str) -> str:
+def _refused(root: Path | str, command: str, where: object, why: str) -> str:
     return (
         f"{command} could not write {where}: {why}. Nothing was put in place: {root} is as it was before the"
         " run. Run it where it may write (check the folder's permissions, or that it is not mounted read-only)."

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ from prep.index.format import INDEX_SQLITE, META_DIR, tar_index_name
 _REBUILT = frozenset({INDEX_SQLITE})
 #: What `Staging._staged_name` makes, and nothing a user would name a file.
 _STAGED_NAME = re.compile(r".+\.shardprep-[0-9a-f]{12}\.(tmp|old)")
+#: The longest file name (bytes) of Linux's filesystems: a staged name of a long final name is cut to fit.
+NAME_MAX = 255
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -76,7 +79,22 @@ class Staging:
                         shutil.copy2(entry, self.staged_meta / entry.name)
 
     def _staged_name(self, final: Path, tag: str = "tmp") -> Path:
-        return final.with_name(f"{final.name}.shardprep-{self.token}.{tag}")
+        """`final`'s staged name: `NAME.shardprep-TOKEN.tmp`, or where that would be too long a name (a
+        shard's name can take all of NAME_MAX), the start of NAME and a digest of the rest.
+
+        >>> staging = Staging.__new__(Staging); staging.token = "0" * 12
+        >>> staging._staged_name(Path("a.tar.idx")).name
+        'a.tar.idx.shardprep-000000000000.tmp'
+        >>> long = staging._staged_name(Path("x" * 240 + ".tar.idx")).name
+        >>> len(long), long[:3], long[-40:]
+        (255, 'xxx', '~a336c432bc6a.shardprep-000000000000.tmp')
+        """
+        suffix = f".shardprep-{self.token}.{tag}"
+        name = os.fsencode(final.name)
+        if len(name) + len(suffix) > NAME_MAX:
+            digest = "~" + hashlib.sha1(name).hexdigest()[:12]
+            name = name[: NAME_MAX - len(suffix) - len(digest)] + digest.encode()
+        return final.with_name(os.fsdecode(name) + suffix)
 
     def temp_path(self, final: Path) -> Path:
         """Where to write `final` (a file or a folder) during the run; it is moved there at commit.
@@ -136,10 +154,13 @@ class Staging:
     def abort(self) -> None:
         """Remove everything this run staged and the folders it made; the dataset stays as it was."""
         for staged, _ in self._moves:
-            if staged.is_dir() and not staged.is_symlink():
-                shutil.rmtree(staged, ignore_errors=True)
-            else:
-                staged.unlink(missing_ok=True)
+            try:  # an error here must not hide the one that ended the run
+                if staged.is_dir() and not staged.is_symlink():
+                    shutil.rmtree(staged, ignore_errors=True)
+                else:
+                    staged.unlink(missing_ok=True)
+            except OSError:
+                pass
         self._moves.clear()
         if self.staged_meta is not None:
             shutil.rmtree(self.staged_meta, ignore_errors=True)

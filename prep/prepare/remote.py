@@ -125,6 +125,7 @@ class BucketShards:
 
     def __init__(self, store: ObjectStore, resume_folder: Path | None = None) -> None:
         self.store = store
+        self.name = str(store.address)
         self.objects: dict[str, ObjectInfo] = {}
         self.resume_folder = resume_folder or resume_folder_for(store.address, None)
         #: A local folder for `indexed` to link the `.tar.idx` files into (None: they go up at the end).

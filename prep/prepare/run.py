@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from prep.engines import LOCAL, check_engine
@@ -74,7 +74,7 @@ from prep.index.meta import (
 from prep.index.rows import MAX_PART_NAMES, ShardRows, write_tar_index
 from prep.index.splits import SHUFFLE_SEED, SplitSpec, parse_split_parts, parse_split_ratio
 from prep.index.sqlite import DuplicateKeyError, SqliteIndexWriter
-from prep.index.staging import Staging
+from prep.index.staging import NAME_MAX, Staging
 from prep.media.filter import MediaFilter
 from prep.prepare.fix_duplicates import fix_duplicates, refuse_unfinished_fix
 from prep.prepare.resume import ShardCheckpoint
@@ -116,6 +116,9 @@ ShardTask = tuple[str, str, int, str]
 class ShardSource(Protocol):
     """Where the shards are when they are not files below the dataset folder (`prep.prepare.remote`: objects
     in a bucket); the folder then holds only the index being built."""
+
+    #: The dataset's address, which messages name instead of the local folder the index is built in.
+    name: str
 
     def list_shards(self, exclude: str | None) -> list[str]:
         """The shards to index, in energon's order, less those `exclude` matches; a PrepError if none."""
@@ -210,6 +213,11 @@ class StagedIndex:
         """Whether `.nv-meta/NAME` exists (carried over from the previous index or written in this run)."""
         return self.staging.meta_file(name).is_file()
 
+    @property
+    def name(self) -> str:
+        """How messages name the dataset: its folder, or its bucket address."""
+        return dataset_name(self.root, self.source)
+
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         if self.source is not None:
             return self.source.read_part(shard, offset, size)
@@ -226,11 +234,16 @@ class StagedIndex:
         self.staging.__exit__(*exc_info)
 
 
+def dataset_name(root: Path, source: ShardSource | None) -> str:
+    """How messages name the dataset whose index is built in `root`."""
+    return source.name if source is not None else str(root)
+
+
 class Wizard(Protocol):
     """What a prepare tells and asks its user, at each stage."""
 
-    def go_over_existing(self, root: Path) -> bool:
-        """`root` has an index already: prepare it again?"""
+    def go_over_existing(self, name: str) -> bool:
+        """Dataset `name` has an index already: prepare it again?"""
 
     def shards_found(self, shards: list[str]) -> None:
         """The shards that will be indexed."""
@@ -261,10 +274,10 @@ class Unattended:
     def __init__(self, options: PrepareOptions) -> None:
         self.options = options
 
-    def go_over_existing(self, root: Path) -> bool:
+    def go_over_existing(self, name: str) -> bool:
         if self.options.force_overwrite:
             return True
-        raise PrepError(f"{root} has already been prepared. Use --force-overwrite to prepare it again.")
+        raise PrepError(f"{name} has already been prepared. Use --force-overwrite to prepare it again.")
 
     def shards_found(self, shards: list[str]) -> None:
         pass
@@ -333,7 +346,7 @@ def prepare(
     and `root` holds only the index being built."""
     wizard = wizard or Unattended(options)
     check_dataset_root(root)
-    with plain_io_errors(root, "prepare"), dataset_lock(root, "prepare"):
+    with plain_io_errors(dataset_name(root, source), "prepare"), dataset_lock(root, "prepare"):
         return _prepare_locked(root, options, wizard, progress, media_progress, source)
 
 
@@ -345,15 +358,18 @@ def _prepare_locked(
     media_progress: ShardProgress | None = None,
     source: ShardSource | None = None,
 ) -> dict[str, int] | None:
+    name = dataset_name(root, source)
     if options.tar_index_only:
-        shards, split = reindexed_shards(root, options.exclude), None
+        shards, split = reindexed_shards(root, options.exclude, name), None
+        _check_index_names(shards, source)
     else:
-        if is_prepared(root) and not wizard.go_over_existing(root):
+        if is_prepared(root) and not wizard.go_over_existing(name):
             return None
         if source is not None:
             shards = source.list_shards(options.exclude)
         else:
             shards = list_dataset_shards(root, options.exclude)
+        _check_index_names(shards, source)
         wizard.shards_found(shards)
         split = choose_split(options, wizard)
     # --fix-duplicates (prep.prepare.fix_duplicates): keys made unique in place before the scan; without
@@ -494,6 +510,23 @@ def stage_index(
         _write_meta(staged, split)
         on_error.pop_all()  # success: the caller owns the staging now
     return staged
+
+
+def _check_index_names(shards: list[str], source: ShardSource | None) -> None:
+    """A PrepError for shards whose `.tar.idx` cannot be a file: its name would be longer than a file name
+    may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four)."""
+    too_long = [
+        shard for shard in shards if len(os.fsencode(PurePosixPath(tar_index_name(shard)).name)) > NAME_MAX
+    ]
+    if not too_long:
+        return
+    where = " in the local folder the index is built in (--tmp-path)" if source is not None else ""
+    others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
+    raise PrepError(
+        f"{too_long[0]}{others}: the name of its index file, {PurePosixPath(too_long[0]).name}.idx, would be"
+        f" longer than the {NAME_MAX} bytes a file name may have, so it cannot be written{where}. Give the"
+        " shard a shorter name."
+    )
 
 
 def _insert_rows(

@@ -56,17 +56,19 @@ def list_dataset_shards(root: Path, exclude: str | None = None) -> list[str]:
     return shards
 
 
-def reindexed_shards(root: Path, exclude: str | None = None) -> list[str]:
-    """The shards --tar-index-only re-indexes: those of the existing `.info.json`, less --exclude."""
+def reindexed_shards(root: Path, exclude: str | None = None, name: str | None = None) -> list[str]:
+    """The shards --tar-index-only re-indexes: those of the existing `.info.json`, less --exclude (messages
+    call the dataset `name`, by default its folder)."""
     check_dataset_root(root)
+    name = name or str(root)
     if not is_prepared(root):
         raise PrepError(
-            f"{root} has not been prepared yet ({META_DIR}/{INFO_JSON} is missing), so there is no shard list"
+            f"{name} has not been prepared yet ({META_DIR}/{INFO_JSON} is missing), so there is no shard list"
             " to re-index. Run prepare without --tar-index-only."
         )
     shards = exclude_shards(list(read_shard_counts(root / META_DIR)), exclude)
     if not shards:
-        raise PrepError(f"No shards left to index in {root} after --exclude {exclude!r}.")
+        raise PrepError(f"No shards left to index in {name} after --exclude {exclude!r}.")
     return shards
 
 

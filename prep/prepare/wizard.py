@@ -9,7 +9,6 @@ the same things are said.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -40,9 +39,9 @@ class TerminalWizard(Unattended):
         super().__init__(options)
         self.interactive = interactive
 
-    def go_over_existing(self, root: Path) -> bool:
+    def go_over_existing(self, name: str) -> bool:
         if self.options.force_overwrite or not self.interactive:
-            return super().go_over_existing(root)
+            return super().go_over_existing(name)
         return click.confirm("It seems the dataset had already been prepared. Do you want to continue?")
 
     def shards_found(self, shards: list[str]) -> None:
@@ -132,7 +131,7 @@ class TerminalWizard(Unattended):
         if not write_loader:
             return DatasetDefinition(definition.yaml)
         click.echo(
-            f"\nCreated {staged.root / META_DIR / SAMPLE_LOADER_PY}. Please edit it to return the proper values."
+            f"\nCreated {staged.name}/{META_DIR}/{SAMPLE_LOADER_PY}. Please edit it to return the proper values."
         )
         return definition
 

@@ -53,6 +53,23 @@ def test_python_tarfile_formats_index_like_energon(tmp_path: Path) -> None:
     assert_same_index(ours, theirs)
 
 
+def test_a_shard_name_of_240_bytes_indexes_like_energon_and_one_of_252_is_refused(tmp_path: Path) -> None:
+    """A shard's `.tar.idx` is its name and four bytes: energon writes it up to the filesystem's 255 bytes
+    (our staged names, longer still, are cut to fit); past that no index file can be written."""
+    dataset = tmp_path / "long"
+    write_tarfile(dataset / ("é" * 118 + ".tar"), sample_members("long-", 12))  # 240 bytes in UTF-8
+    ours, theirs = prepare_both(dataset, *FLAGS, "--sample-type", "CrudeWebdataset")
+    assert_same_index(ours, theirs)
+    write_tarfile(dataset / ("x" * 248 + ".tar"), sample_members("longer-", 3))
+    before = sorted(path.name for path in dataset.iterdir())
+    result = run_shardprep(
+        "prepare", str(dataset), *FLAGS, "--sample-type", "CrudeWebdataset", "--force-overwrite"
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{'x' * 248}.tar: the name of its index file" in result.stderr
+    assert sorted(path.name for path in dataset.iterdir()) == before
+
+
 def test_webdataset_tarwriter_shards_index_like_energon(tmp_path: Path) -> None:
     dataset = tmp_path / "wds"
     for shard in range(5):
