@@ -110,7 +110,7 @@ def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: s
         fd = file.fileno()
 
         def fetch(offset: int, length: int) -> bytes:
-            data = store.read(shard, offset, length)
+            data = store.read(shard, offset, length, size)
             os.pwrite(fd, data, offset)
             return data
 

@@ -74,8 +74,9 @@ from prep.prepare.wizard import TerminalWizard
 @click.option(
     "--resume",
     is_flag=True,
-    help="Keep each shard's index as it is made (in PATH/.shardprep-resume), so that a rerun with --resume"
-    " after an interruption scans only the shards not finished or changed since.",
+    help="Keep each shard's index as it is made (in PATH/.shardprep-resume; for a bucket, in a folder under"
+    " --tmp-path), so that a rerun with --resume after an interruption scans only the shards not finished"
+    " or changed since.",
 )
 @tmp_path_option
 @click.option(

@@ -102,7 +102,7 @@ def shard_rows_from_bucket(
 
 def _ranged(store: ObjectStore, shard: str, size: int) -> RangedObject:
     """`shard` in `store`, read through ranged GETs as a bytes buffer."""
-    return RangedObject(lambda offset, length: store.read(shard, offset, length), size, name=shard)
+    return RangedObject(lambda offset, length: store.read(shard, offset, length, size), size, name=shard)
 
 
 def has_small_members(store: ObjectStore, shard: str, size: int | None) -> bool:

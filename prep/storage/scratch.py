@@ -1,19 +1,35 @@
 """The local folder a command on a bucket dataset works in: made under `--tmp-path` (the system's
-temporary folder by default) and removed when the command ends, whatever ends it."""
+temporary folder by default) and removed when the command ends, whatever ends it.
+
+A run killed outright (SIGKILL, a power cut) cannot remove its folder, which may hold a whole index
+(gigabytes for a big dataset). So each run holds an exclusive `flock` on `SCRATCH_LOCK` in its folder for
+as long as it lives; the kernel drops it when the run dies, however it dies. A run starting in the same
+place removes every folder of ours whose lock nobody holds.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from prep.errors import PrepError
+
+#: Every scratch folder's name starts so (then the command, then mkdtemp's letters).
+PREFIX = "shardprep-"
+#: The file whose lock says a scratch folder's run is alive.
+SCRATCH_LOCK = ".scratch.lock"
+
 
 @contextmanager
 def scratch_folder(tmp_path: str | Path | None, what: str) -> Iterator[Path]:
     """A new, empty folder `.../dataset` under `tmp_path` (made if missing), for the local side of `what`
-    (e.g. "prepare"); removed with its parent when the block ends.
+    (e.g. "prepare"); removed with its parent when the block ends. Folders that killed runs left there
+    are removed first.
 
     >>> with scratch_folder(None, "example") as folder:
     ...     folder.name, folder.is_dir(), folder.parent.name.startswith("shardprep-example-")
@@ -21,12 +37,60 @@ def scratch_folder(tmp_path: str | Path | None, what: str) -> Iterator[Path]:
     >>> folder.parent.exists()
     False
     """
-    if tmp_path is not None:
-        Path(tmp_path).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"shardprep-{what}-", dir=tmp_path))
+    base = Path(tmp_path) if tmp_path is not None else Path(tempfile.gettempdir())
     try:
+        base.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{what}-", dir=base))
+        lock = _locked_file(work / SCRATCH_LOCK)
+    except OSError as error:
+        raise PrepError(
+            f"Cannot make a working folder in {base} ({error.strerror}): {what} on a bucket dataset keeps"
+            " its local files there. Give --tmp-path a folder you can write to, with room for the index."
+        ) from None
+    try:
+        remove_abandoned(base)
         root = work / "dataset"
         root.mkdir()
         yield root
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        os.close(lock)
+
+
+def remove_abandoned(base: Path) -> int:
+    """Remove the scratch folders under `base` whose run has died (their lock is free), and return how
+    many went. Folders of other users, and of runs alive, are left alone."""
+    removed = 0
+    try:
+        entries = [entry for entry in os.scandir(base) if entry.name.startswith(PREFIX)]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            lock = os.open(os.path.join(entry.path, SCRATCH_LOCK), os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue  # not a scratch folder (e.g. a resume folder), or one just being made
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock)  # held: its run is alive (or this filesystem has no flock)
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        os.close(lock)
+        removed += 1
+    return removed
+
+
+def _locked_file(path: Path) -> int:
+    """The descriptor of a new file at `path`, locked before it has that name (so no other run can see
+    it unlocked and take this run for dead); where the filesystem has no flock, unlocked."""
+    making = path.with_name(path.name + ".new")
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # nothing is then ever removed as abandoned: the others cannot lock it either
+    os.rename(making, path)
+    return fd

@@ -228,13 +228,15 @@ class ObjectStore:
         self._count(0)
         return self.client.list_objects_v2(**arguments)
 
-    def read(self, name: str, offset: int, length: int) -> bytes:
-        """`length` bytes of object `name` from `offset` (fewer where the object ends first)."""
+    def read(self, name: str, offset: int, length: int, size: int | None = None) -> bytes:
+        """`length` bytes of object `name` from `offset` (fewer where the object ends first). Given `size`,
+        the object's size when it was listed, a read of an object that has another size now (replaced
+        since) is a StorageError saying so, not bytes of the new object."""
         if length <= 0:
             return b""
         byte_range = f"bytes={offset}-{offset + length - 1}"
         what = f"read {self.url(name)} bytes {offset}-{offset + length - 1}"
-        return self._call(what, lambda: self._get(name, byte_range))
+        return self._call(what, lambda: self._get(name, byte_range, size))
 
     def get(self, name: str) -> bytes:
         """The whole of object `name`."""
@@ -255,12 +257,18 @@ class ObjectStore:
 
         return self._call(f"look up {self.url(name)}", head)
 
-    def _get(self, name: str, byte_range: str | None) -> bytes:
+    def _get(self, name: str, byte_range: str | None, size: int | None = None) -> bytes:
         arguments = {"Bucket": self.bucket, "Key": self.key(name)}
         if byte_range is not None:
             arguments["Range"] = byte_range
         response = self.client.get_object(**arguments)
         with response["Body"] as body:
+            now = _object_size(response)
+            if size is not None and now is not None and now != size:
+                raise StorageError(
+                    f"{self.url(name)} changed while it was read: it was listed at {size:,} bytes and is"
+                    f" {now:,} bytes now. Run again once the bucket is no longer being written."
+                )
             data = body.read()
         self._count(len(data))
         return data
@@ -374,6 +382,21 @@ class ObjectStore:
                     ) from None
                 time.sleep(delays[attempt])
         raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _object_size(response: dict[str, Any]) -> int | None:
+    """The whole object's size, from a GET's answer: the total of its Content-Range (`bytes 0-9/1234`),
+    or the length of an answer that is the whole object; None where the server does not say.
+
+    >>> _object_size({"ContentRange": "bytes 0-9/1234", "ContentLength": 10}), _object_size({"ContentLength": 7})
+    (1234, 7)
+    """
+    content_range = response.get("ContentRange")
+    if content_range:
+        total = content_range.rpartition("/")[2]
+        return int(total) if total.isdigit() else None
+    length = response.get("ContentLength")
+    return int(length) if length is not None else None
 
 
 def _status(error: Exception) -> int:

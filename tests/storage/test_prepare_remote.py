@@ -4,6 +4,8 @@ read back by energon's loader through `msc://`."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -13,6 +15,7 @@ from prep.prepare import remote
 from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
 from prep.prepare.run import PrepareOptions, Unattended
 from prep.storage.address import parse_address
+from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
 from tests.support.prepare import prepared_outputs, run_shardprep, twin
 from tests.support.s3 import BIG, mixed_dataset
@@ -187,7 +190,7 @@ def test_a_prepared_bucket_dataset_is_kept_unless_forced_and_tar_index_only_keep
     run_shardprep("prepare", address, *FLAGS, check=True)
     split = s3.client().get_object(Bucket=bucket, Key="ds/.nv-meta/split.yaml")["Body"].read()
     again = run_shardprep("prepare", address, *FLAGS)
-    assert again.returncode != 0 and "already been prepared" in again.stderr
+    assert again.returncode != 0 and f"{address} has already been prepared" in again.stderr
     run_shardprep("prepare", address, "--tar-index-only", "--non-interactive", "--no-progress", check=True)
     assert s3.client().get_object(Bucket=bucket, Key="ds/.nv-meta/split.yaml")["Body"].read() == split
 
@@ -249,3 +252,104 @@ def test_a_bad_shard_in_a_worker_is_named_as_locally(s3, in_workers, tmp_path):
     local = run_shardprep("prepare", str(source), *FLAGS)
     assert "s2.tar at byte" in str(raised.value) and str(raised.value) in local.stderr
     assert len(s3.keys("broken-workers")) == 4, "a failed prepare wrote to the bucket"
+
+
+def test_messages_name_the_bucket_not_the_local_folder_the_index_is_built_in(s3, tmp_path):
+    source = tmp_path / "src"
+    write_tarfile(source / "s-0.tar", sample_members("s0-", 5))
+    s3.make_bucket("named")
+    s3.upload_folder(source, "named", "ds")
+    address = "s3://named/ds"
+    never = run_shardprep("prepare", address, "--tar-index-only", "--non-interactive", "--no-progress")
+    assert never.returncode != 0 and f"{address} has not been prepared yet" in never.stderr
+    flags = [
+        "--non-interactive",
+        "--no-progress",
+        "--split-ratio",
+        "1,0,0",
+        "--sample-type",
+        "CaptioningSample",
+    ]
+    made = run_shardprep("prepare", address, *flags, check=True)
+    assert f"Created {address}/.nv-meta/sample_loader.py." in made.stdout
+    assert "ds/.nv-meta/sample_loader.py" in s3.keys("named")
+
+
+def test_a_shard_replaced_by_a_longer_one_while_it_is_read_is_an_error(s3, tmp_path):
+    """A shard rewritten between the listing and its read is not indexed as far as its listed size: the
+    read sees the object's new size and says it changed."""
+    source = tmp_path / "src"
+    for shard in range(3):
+        write_tarfile(source / f"s-{shard}.tar", sample_members(f"s{shard}-", 80))
+    longer = write_tarfile(tmp_path / "new" / "s-2.tar", sample_members("s2-", 100))
+    s3.make_bucket("replaced")
+    s3.upload_folder(source, "replaced", "ds")
+    store = open_store(parse_address("s3://replaced/ds"))
+    listed = store.list
+
+    def list_then_replace() -> list:
+        found = listed()
+        s3.client().upload_file(str(longer), "replaced", "ds/s-2.tar")
+        return found
+
+    store.list = list_then_replace  # type: ignore[method-assign]
+    options = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset", force_overwrite=True)
+    with pytest.raises(
+        PrepError, match=r"s3://replaced/ds/s-2.tar changed while it was read: it was listed at"
+    ):
+        prepare_remote("s3://replaced/ds", options, store=store, tmp_path=tmp_path / "scratch")
+    assert not any(key.startswith("ds/.nv-meta") for key in s3.keys("replaced"))
+
+
+def test_a_killed_runs_folder_under_tmp_path_is_removed_by_the_next_run(s3, tmp_path):
+    """SIGKILL leaves a bucket prepare's local folder (staged index and all) under --tmp-path; the next run
+    there removes it, and keeps what is not ours or is alive."""
+    source = tmp_path / "src"
+    write_tarfile(source / "s-0.tar", sample_members("s0-", 20))
+    s3.make_bucket("killed")
+    s3.upload_folder(source, "killed", "ds")
+    scratch = tmp_path / "scratch"
+    asking = subprocess.Popen(
+        [sys.executable, "-m", "prep", "prepare", "s3://killed/ds", "--split-ratio", "1,0,0", "--no-progress",
+         "--tmp-path", str(scratch)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        shown = ""
+        while "dataset.yaml interactively" not in shown:  # the index is staged: the run asks its questions
+            shown += asking.stdout.read(1) or pytest.fail(f"the prepare ended early: {shown}")
+    finally:
+        asking.kill()
+        asking.wait()
+    (left,) = scratch.iterdir()
+    assert any(left.rglob("index.sqlite")), "the killed run had staged its index there"
+    (scratch / "shardprep-other").mkdir()  # not a run's folder: kept
+    with scratch_folder(scratch, "prepare") as alive:
+        run_shardprep("prepare", "s3://killed/ds", *FLAGS, "--tmp-path", str(scratch), check=True)
+        assert alive.is_dir()
+    assert sorted(path.name for path in scratch.iterdir()) == ["shardprep-other"]
+
+
+def test_a_tmp_path_that_cannot_be_made_is_named(s3, tmp_path):
+    (tmp_path / "file").write_text("")
+    result = run_shardprep("prepare", "s3://any/ds", *FLAGS, "--tmp-path", str(tmp_path / "file" / "tmp"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"Cannot make a working folder in {tmp_path / 'file' / 'tmp'} (Not a directory)" in result.stderr
+
+
+def test_a_shard_whose_index_file_name_cannot_be_local_is_refused_before_anything_is_written(s3, tmp_path):
+    """S3 keys have no limit on a path part's length; the `.tar.idx` is built in a local folder first."""
+    source = tmp_path / "src"
+    write_tarfile(source / "s-0.tar", sample_members("s0-", 5))
+    s3.make_bucket("long")
+    s3.upload_folder(source, "long", "ds")
+    s3.client().put_object(
+        Bucket="long", Key="ds/" + "L" * 250 + ".tar", Body=(source / "s-0.tar").read_bytes()
+    )
+    result = run_shardprep("prepare", "s3://long/ds", *FLAGS)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        "longer than the 255 bytes a file name may have" in result.stderr
+        and "Give the shard a shorter name" in result.stderr
+    )
+    assert s3.keys("long") == ["ds/" + "L" * 250 + ".tar", "ds/s-0.tar"]
