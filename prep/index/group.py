@@ -76,7 +76,9 @@ def walked_rows(walker: HeaderWalker, shard: str, tar_file_id: int) -> ShardRows
 
     names, starts, data_offsets, sizes = walker.scan_table()
     walker.verify_checksums()
-    rows = ShardRows(shard, tar_file_id, end=walker.end, end_marker=walker.end_marker)
+    rows = ShardRows(
+        shard, tar_file_id, end=walker.end, end_marker=walker.end_marker, after_end=walker.data_after_end()
+    )
     if not _group_vectorised(rows, names, starts, data_offsets, sizes):
         _group_one_by_one(rows, decoded_names(names), starts, data_offsets, sizes)
     return rows

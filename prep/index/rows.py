@@ -52,6 +52,9 @@ class ShardRows:
     end: int = 0
     #: False for a shard that ends right after its last member, without the marker (indexed to its end).
     end_marker: bool = True
+    #: Where bytes other than zeros start after the marker (data no tar reader sees, such as a second
+    #: archive joined on with `cat`); None where there are none.
+    after_end: int | None = None
 
     @property
     def count(self) -> int:

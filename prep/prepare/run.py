@@ -199,6 +199,8 @@ class StagedIndex:
         self.first_samples: list[tuple[str, list[tuple[str, int, int]]]] = []
         #: Shards indexed to their end because the end-of-archive marker is missing.
         self.without_end_marker: list[str] = []
+        #: (shard, offset) of shards with data after their end-of-archive marker, which is not indexed.
+        self.data_after_end: list[tuple[str, int]] = []
         #: Where the shards are read, when not below `root` (`ShardSource`).
         self.source: ShardSource | None = None
 
@@ -255,6 +257,10 @@ class Wizard(Protocol):
         """Shards that end right after their last member, without the end-of-archive marker: indexed as
         GNU tar, tarfile and energon read them, but perhaps cut short."""
 
+    def shards_with_data_after_end(self, shards: list[tuple[str, int]]) -> None:
+        """(shard, offset) of shards holding data after their end-of-archive marker, where every reader
+        stops: indexed to the marker, as energon does, but that data is lost to training."""
+
     def split_ratio(self) -> str:
         """The train/val/test ratio, when the options give no split."""
 
@@ -291,6 +297,9 @@ class Unattended:
     def shards_without_end_marker(self, shards: list[str]) -> None:
         warnings.warn(without_end_marker_warning(shards), stacklevel=4)
 
+    def shards_with_data_after_end(self, shards: list[tuple[str, int]]) -> None:
+        warnings.warn(data_after_end_warning(shards), stacklevel=4)
+
     def media_not_described(self, count: int) -> None:
         warnings.warn(skipped_av_warning(count), stacklevel=4)
 
@@ -315,6 +324,13 @@ class Unattended:
         return definition
 
 
+#: What to do about a shard with data after its end-of-archive marker.
+DATA_AFTER_END_ADVICE = (
+    "To keep that data, unpack the shard with `tar -xif SHARD` (-i reads past the marker) and write it"
+    " again as one archive."
+)
+
+
 def without_end_marker_warning(shards: list[str]) -> str:
     """The one warning for every shard that lacks the end-of-archive marker."""
     listed = ", ".join(shards[:MAX_REPORTED_ERRORS])
@@ -324,6 +340,18 @@ def without_end_marker_warning(shards: list[str]) -> str:
         f" their end, as GNU tar, tarfile and energon read them: {listed}{more}. Such a shard may have been"
         " cut short at a member boundary; check that its last samples are complete (shardprep verify), or"
         " run with --strict to refuse such shards."
+    )
+
+
+def data_after_end_warning(shards: list[tuple[str, int]]) -> str:
+    """The one warning for every shard that holds data after its end-of-archive marker."""
+    listed = ", ".join(f"{shard} (at byte {offset:,})" for shard, offset in shards[:MAX_REPORTED_ERRORS])
+    more = f" and {len(shards) - MAX_REPORTED_ERRORS} more" if len(shards) > MAX_REPORTED_ERRORS else ""
+    return (
+        f"{len(shards)} shard(s) hold data after their end-of-archive marker, where GNU tar, tarfile and"
+        f" energon stop reading, so it is not indexed: {listed}{more}. Such a shard is often two archives"
+        f" joined end to end (`cat a.tar b.tar`), the second of which no reader sees. {DATA_AFTER_END_ADVICE}"
+        " --strict refuses such shards."
     )
 
 
@@ -396,6 +424,8 @@ def _prepare_locked(
     ) as staged:
         if staged.without_end_marker:
             wizard.shards_without_end_marker(staged.without_end_marker)
+        if staged.data_after_end:
+            wizard.shards_with_data_after_end(staged.data_after_end)
         if options.media_filter is not None:
             workers = worker_count(options.num_workers, len(shards))
             index = staged.staging.meta_file(INDEX_SQLITE)
@@ -600,9 +630,13 @@ def _add_shard(
         problem = result
     elif not result.end_marker and strict:
         problem = _no_end_marker(result.shard, result.end)
+    elif result.after_end is not None and strict:
+        problem = _data_after_end(result.shard, result.end, result.after_end)
     else:
         if not result.end_marker:
             staged.without_end_marker.append(result.shard)
+        if result.after_end is not None:
+            staged.data_after_end.append((result.shard, result.after_end))
         if errors:
             return None
         try:
@@ -711,6 +745,16 @@ def _permissions(root: Path, first_shard: Path) -> tuple[int | None, int | None]
         return meta_mode, file_mode
     except OSError:
         return None, None
+
+
+def _data_after_end(shard: str, end: int, after: int) -> ShardError:
+    return ShardError(
+        shard,
+        f"holds data after its end-of-archive marker (which starts at byte {end:,}), where GNU tar, tarfile"
+        " and energon stop reading: perhaps a second archive joined on with `cat`, which --strict refuses.",
+        offset=after,
+        advice=DATA_AFTER_END_ADVICE + " Without --strict it is indexed up to the marker, as energon does.",
+    )
 
 
 def _no_end_marker(shard: str, end: int) -> ShardError:

@@ -27,6 +27,7 @@ from prep.prepare.run import (
     PrepareOptions,
     StagedIndex,
     Unattended,
+    data_after_end_warning,
     loader_parts,
     without_end_marker_warning,
 )
@@ -58,6 +59,9 @@ class TerminalWizard(Unattended):
 
     def shards_without_end_marker(self, shards: list[str]) -> None:
         click.echo(f"Warning: {without_end_marker_warning(shards)}", err=True)
+
+    def shards_with_data_after_end(self, shards: list[tuple[str, int]]) -> None:
+        click.echo(f"Warning: {data_after_end_warning(shards)}", err=True)
 
     def fixing_duplicates(self, line: str) -> None:
         click.echo(line)

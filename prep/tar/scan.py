@@ -56,6 +56,8 @@ SMALL_MEMBER_STRIDE = 4 * 1024
 _REGULAR_CODES = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
 _NO_DATA_TYPES = np.array(sorted(KNOWN_NON_REGULAR), dtype=np.uint8)
 _FAST_TYPES = np.array(sorted(REGULAR_TYPES | KNOWN_NON_REGULAR | {PAX_EXTENDED}), dtype=np.uint8)
+#: The bytes after the end-of-archive marker are looked at this many at a time.
+TAIL_CHUNK = 1024 * 1024
 #: PAX keywords that change what is indexed (the rest, e.g. webdataset's float mtime, are skipped unparsed).
 _PAX_KEYWORDS_THAT_MATTER = re.compile(rb" (?:path=|size=|GNU\.sparse|hdrcharset=)")
 
@@ -177,6 +179,12 @@ class HeaderWalker:
             self.header_offsets = array("q")
             self._corrupt_headers = None
         return self._walk()
+
+    def data_after_end(self) -> int | None:
+        """After the scan: where bytes other than zeros start after the end-of-archive marker, or None.
+        Readers stop at the marker (tar without -i, tarfile, energon), so such bytes are not read: a
+        second archive joined on with `cat` loses its members."""
+        return first_nonzero(self.buf, self.end, self.size) if self.end_marker else None
 
     def mostly_small_members(self, probe: int = 16) -> bool:
         """Whether the first `probe` members (or all, if fewer) end within `probe * SMALL_MEMBER_STRIDE`
@@ -567,6 +575,20 @@ class RangedHeaderWalker(HeaderWalker):
 
     def scan_table(self) -> tuple[Names, array, array, array]:
         return self._walk()
+
+
+def first_nonzero(buffer: mmap.mmap | bytes | RangedBuffer, start: int, stop: int) -> int | None:
+    """The offset of the first byte of `buffer[start:stop]` that is not zero, or None, read `TAIL_CHUNK`
+    bytes at a time.
+
+    >>> first_nonzero(bytes(3000) + b"x", 1024, 3001), first_nonzero(bytes(3000), 0, 3000)
+    (3000, None)
+    """
+    for at in range(start, stop, TAIL_CHUNK):
+        found = np.flatnonzero(np.frombuffer(buffer[at : min(at + TAIL_CHUNK, stop)], dtype=np.uint8))
+        if found.size:
+            return at + int(found[0])
+    return None
 
 
 def _corrupt_offsets(headers: bytearray, header_offsets: array) -> list[int]:

@@ -167,3 +167,24 @@ def test_shards_without_end_marker_index_like_energon_with_one_warning(tmp_path:
     warnings = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
     assert len(warnings) == 1 and "2 shard(s) end without the end-of-archive marker" in warnings[0]
     assert "a.tar, c.tar." in warnings[0] and "b.tar" not in warnings[0]
+
+
+def test_archives_joined_end_to_end_index_like_energon_with_a_warning_and_strict_refuses(
+    tmp_path: Path,
+) -> None:
+    """`cat a.tar b.tar`: every reader stops at a.tar's end-of-archive marker, so b.tar's samples are
+    not indexed (by energon either); prepare names the shard and where the unread data starts."""
+    dataset = tmp_path / "joined"
+    first = write_gnu_tar(tmp_path / "parts" / "a.tar", sample_members("a-", 3))
+    second = write_gnu_tar(tmp_path / "parts" / "b.tar", sample_members("b-", 3))
+    dataset.mkdir()
+    (dataset / "ab.tar").write_bytes(first.read_bytes() + second.read_bytes())
+    write_tarfile(dataset / "c.tar", sample_members("c-", 4))
+    ours, theirs = prepare_both(dataset, *FLAGS, "--sample-type", "CrudeWebdataset")
+    assert_same_index(ours, theirs)
+    result = run_shardprep("prepare", str(ours), *FLAGS, "--crude", "--force-overwrite", check=True)
+    (warning,) = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
+    assert "1 shard(s) hold data after their end-of-archive marker" in warning
+    assert f"ab.tar (at byte {first.stat().st_size:,})" in warning and "c.tar" not in warning
+    strict = run_shardprep("prepare", str(ours), *FLAGS, "--crude", "--force-overwrite", "--strict")
+    assert strict.returncode == 1 and f"ab.tar at byte {first.stat().st_size}" in strict.stderr
