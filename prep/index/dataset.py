@@ -25,7 +25,7 @@ from prep.index.format import (
     TAR_INDEX_ENTRY,
     tar_index_name,
 )
-from prep.index.meta import RERUN_PREPARE, read_shard_counts, read_splits
+from prep.index.meta import read_dataset_yaml, read_shard_counts, read_splits
 from prep.index.sqlite import IndexReader, PartLocation
 
 _CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
@@ -76,17 +76,11 @@ class PreparedDataset:
         return splits[split]
 
     def dataset_config(self) -> dict | None:
-        """The parsed `dataset.yaml`, or None if there is none."""
-        import yaml
-
+        """The parsed `dataset.yaml`, or None if there is none; PrepError if it cannot be read or parsed."""
         path = self.meta / DATASET_YAML
         if not path.exists():
             return None
-        try:
-            config = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            raise PrepError(f"{path} is not valid YAML ({error}). {RERUN_PREPARE}") from None
-        return config if isinstance(config, dict) else None
+        return read_dataset_yaml(path)
 
     def tar_file_id(self, shard: str) -> int:
         """The position of a shard in `.info.json`, which is its `tar_file_id` in sqlite."""

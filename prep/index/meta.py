@@ -1,5 +1,6 @@
 """The small files of `.nv-meta`, read and written in one place: `.info.json` (and the legacy
-`.info.yaml`), `split.yaml`, `index.uuid`, and the brace lists split files hold.
+`.info.yaml`), `split.yaml`, `index.uuid`, and the brace lists split files hold; `dataset.yaml` is read
+here too (its text is written by `prep.index.dataset_yaml`).
 
 `.info.json` lists every shard with its sample count; its key order is the shard order, which is each
 shard's `tar_file_id` in sqlite. `split.yaml` lists each split's shards as brace patterns
@@ -120,9 +121,14 @@ def read_info(meta: Path) -> dict:
 def _parse(path: Path, loads: Callable[[str], object], errors: type[Exception] | tuple) -> object:
     """A meta file parsed by `loads`; PrepError naming the file if it cannot be read or parsed."""
     try:
-        return loads(path.read_text())
+        return loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise PrepError(f"{path} cannot be read ({error.strerror}). {RERUN_PREPARE}") from None
+    except UnicodeDecodeError as error:  # before `errors`: for JSON it is a ValueError too
+        raise PrepError(
+            f"{path} is not UTF-8 text (byte {error.start:,} is 0x{error.object[error.start]:02x})."
+            f" {RERUN_PREPARE}"
+        ) from None
     except errors as error:
         raise PrepError(f"{path} is not valid ({error}). {RERUN_PREPARE}") from None
 
@@ -177,6 +183,21 @@ def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
         names = expand([str(pattern) for pattern in patterns or []])
         splits[str(split)] = [name for name in names if name not in excluded]
     return splits, excludes
+
+
+def read_dataset_yaml(path: Path) -> dict:
+    """`dataset.yaml` parsed; PrepError naming the file unless it is a YAML mapping, the only kind energon
+    loads."""
+    import yaml
+
+    config = _parse(path, yaml.safe_load, yaml.YAMLError)
+    if not isinstance(config, dict):
+        holds = "is empty" if config is None else f"holds a YAML {type(config).__name__}"
+        raise PrepError(
+            f"{path} {holds}, not a mapping with a `sample_type`, so energon cannot load the dataset."
+            f" {RERUN_PREPARE}"
+        )
+    return config
 
 
 def new_index_uuid() -> str:

@@ -1,4 +1,5 @@
-"""`shardprep info`: per-split statistics from the index, for crude and field-map datasets alike."""
+"""`shardprep info`: per-split statistics from the index, for crude and field-map datasets alike; meta files it
+cannot read are one clear error."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from prep.index.group import key_and_part
-from tests.support.datasets import PREPARERS, prepared_dataset
+from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
 from tests.support.prepare import run_shardprep
 
 
@@ -85,3 +86,26 @@ def test_plot_writes_a_png(base, tmp_path):
 def test_missing_dataset_gets_one_clear_error(tmp_path):
     result = run_shardprep("info", str(tmp_path / "nowhere"))
     assert result.returncode == 1 and "is not a folder" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["not UTF-8", "unreadable"])
+def test_dataset_yaml_that_cannot_be_read_is_one_clear_error(base, tmp_path, damage):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    dataset_yaml = dataset / ".nv-meta" / "dataset.yaml"
+    if damage == "not UTF-8":
+        dataset_yaml.write_bytes(b"\xff\xfe garbage")
+    else:
+        dataset_yaml.chmod(0)
+    result = run_shardprep("info", str(dataset), honour_permissions=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    expected = "is not UTF-8 text (byte 0 is 0xff)" if damage == "not UTF-8" else "cannot be read (Permission"
+    assert f"Error: {dataset_yaml} {expected}" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "preview"])
+def test_split_yaml_that_is_not_utf8_is_named_not_a_traceback(base, tmp_path, command):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    (dataset / ".nv-meta" / "split.yaml").write_bytes(b"split_parts:\n  train:\n  - \xff.tar\n")
+    result = run_shardprep(command, str(dataset))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "split.yaml is not UTF-8 text (byte 26 is 0xff)" in result.stdout + result.stderr
