@@ -1,8 +1,8 @@
 """Check that a prepared dataset's index agrees with itself and with its tars.
 
-The default check reads the index (`.info.json`, the split file, every `.tar.idx`, both sqlite
-tables read whole as numpy columns by `IndexReader.columns`) and one 512-byte header per indexed
-member, gathered with numpy from a memory map: every indexed offset must hold a valid header of the
+The default check reads the index (`.info.json`, the split file, `dataset.yaml`, every `.tar.idx`,
+both sqlite tables read whole as numpy columns by `IndexReader.columns`) and one 512-byte header per
+indexed member, gathered with numpy from a memory map: every indexed offset must hold a valid header of the
 named member with the indexed size, each shard must end where its index says (nothing appended,
 nothing cut off), and no split may name a missing shard. Samples whose headers do not match in bulk
 (long names in extra headers, or damage) are walked header by header. `--deep` also re-walks every
@@ -479,6 +479,12 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                 report.problems.append(
                     Problem(f"{META_DIR}/{name}", f"is missing; {why}.", REPREPARE.format(root=root_text))
                 )
+        try:
+            dataset.dataset_config()  # energon loads only a readable YAML mapping
+        except PrepError as error:
+            report.problems.append(
+                Problem(f"{META_DIR}/{DATASET_YAML}", str(error), REPREPARE.format(root=root_text))
+            )
         known = set(dataset.shards)
         try:
             splits, excludes = read_splits(dataset.meta / SPLIT_YAML)

@@ -126,6 +126,39 @@ def test_split_naming_a_shard_that_is_not_indexed_is_reported(base, tmp_path):
     }
 
 
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("sample_type: {\n  bad: [\n", "is not valid"),
+        ("- CrudeWebdataset\n", "holds a YAML list, not a mapping"),
+        (None, "cannot be read (Is a directory)"),
+    ],
+    ids=["invalid YAML", "a list", "a folder"],
+)
+def test_dataset_yaml_that_energon_cannot_load_is_reported(base, tmp_path, damage, problem):
+    dataset = damaged(base, tmp_path, "shardprep")
+    dataset_yaml = dataset / ".nv-meta" / "dataset.yaml"
+    if damage is None:
+        dataset_yaml.unlink()
+        dataset_yaml.mkdir()
+    else:
+        dataset_yaml.write_text(damage)
+    problems = problems_of(dataset)
+    assert [(p.where, p.what.startswith(f"{dataset_yaml} {problem}")) for p in problems] == [
+        (".nv-meta/dataset.yaml", True)
+    ]
+
+
+def test_cli_reports_an_unreadable_dataset_yaml_and_exits_non_zero(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    (dataset / ".nv-meta" / "dataset.yaml").chmod(0)
+    result = run_shardprep("verify", str(dataset), honour_permissions=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        "PROBLEM .nv-meta/dataset.yaml: " in result.stdout and "cannot be read (Permission" in result.stdout
+    )
+
+
 def test_tar_index_disagreeing_with_sqlite_is_reported(base, tmp_path):
     dataset = damaged(base, tmp_path, "energon")
     index = dataset / "shard-000.tar.idx"
