@@ -16,6 +16,7 @@ import itertools
 import json
 import mmap
 import os
+import stat
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -34,6 +35,7 @@ from prep.tar.scan import HeaderWalker
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
+READABLE = "make it readable (check its owner and mode)"
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
 #: A tail after the end-of-archive marker longer than this is read in chunks of this size.
@@ -386,11 +388,24 @@ def _check_shard(
             "restore the shard, or if it is gone for good, " + REPREPARE + " without it",
         )
         return
+    except OSError as error:
+        checker.problem(f"cannot be opened ({error.strerror}).", READABLE)
+        return
     try:
-        file_size = os.fstat(fd).st_size
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = "a folder" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+            checker.problem(f"is {kind}, not a tar file.", RESTORE)
+            return
+        file_size = status.st_size
         index_path = dataset.tar_index_path(shard)
         if not index_path.exists():
             checker.problem(f"has no offset file {index_path.name}; energon's loader needs it.")
+            return
+        if index_path.is_dir():  # prepare cannot put its offset file in place of a folder
+            checker.problem(
+                f"{index_path.name} is a folder, not an offset file.", "remove it, then " + REPREPARE
+            )
             return
         index_bytes = index_path.stat().st_size
         if index_bytes % 8:
@@ -398,7 +413,13 @@ def _check_shard(
                 f"{index_path.name} is {index_bytes} bytes, not a whole number of 8-byte offsets."
             )
             return
-        offsets = dataset.read_tar_index(shard)
+        try:
+            offsets = dataset.read_tar_index(shard)
+        except OSError as error:
+            checker.problem(
+                f"{index_path.name} cannot be read ({error.strerror}).", READABLE + ", or " + REPREPARE
+            )
+            return
         if len(offsets) != count + 1:
             checker.problem(
                 f"{index_path.name} holds {len(offsets) - 1} sample offsets but .info.json counts {count} samples."

@@ -159,6 +159,32 @@ def test_cli_reports_an_unreadable_dataset_yaml_and_exits_non_zero(base, tmp_pat
     )
 
 
+@pytest.mark.parametrize("unreadable", ["shard-001.tar", "shard-001.tar.idx"])
+def test_cli_reports_an_unreadable_shard_or_offset_file_and_checks_the_rest(base, tmp_path, unreadable):
+    dataset = damaged(base, tmp_path, "shardprep")
+    (dataset / unreadable).chmod(0)
+    os.truncate(dataset / "shard-003.tar", 10000)
+    result = run_shardprep("verify", str(dataset), honour_permissions=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    what = "cannot be opened" if unreadable.endswith(".tar") else "shard-001.tar.idx cannot be read"
+    assert f"PROBLEM shard-001.tar: {what} (Permission denied)." in result.stdout
+    assert "PROBLEM shard-003.tar:" in result.stdout and "NOT healthy: 2 problem(s)" in result.stdout
+
+
+@pytest.mark.parametrize("folder", ["shard-001.tar", "shard-001.tar.idx"])
+def test_shard_or_offset_file_replaced_by_a_folder_is_reported_as_a_folder(base, tmp_path, folder):
+    dataset = damaged(base, tmp_path, "shardprep")
+    (dataset / folder).unlink()
+    (dataset / folder).mkdir()
+    problems = problems_of(dataset)
+    assert [p.where for p in problems] == ["shard-001.tar"]
+    assert problems[0].what == (
+        "is a folder, not a tar file."
+        if folder.endswith(".tar")
+        else f"{folder} is a folder, not an offset file."
+    )
+
+
 def test_tar_index_disagreeing_with_sqlite_is_reported(base, tmp_path):
     dataset = damaged(base, tmp_path, "energon")
     index = dataset / "shard-000.tar.idx"
