@@ -420,6 +420,9 @@ def _check_shard(
                 f"{index_path.name} cannot be read ({error.strerror}).", READABLE + ", or " + REPREPARE
             )
             return
+        if len(offsets) == 0:
+            checker.problem(f"{index_path.name} is empty but .info.json counts {count} samples.")
+            return
         if len(offsets) != count + 1:
             checker.problem(
                 f"{index_path.name} holds {len(offsets) - 1} sample offsets but .info.json counts {count} samples."

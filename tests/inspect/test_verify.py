@@ -185,6 +185,15 @@ def test_shard_or_offset_file_replaced_by_a_folder_is_reported_as_a_folder(base,
     )
 
 
+def test_empty_offset_file_is_reported_as_empty(base, tmp_path):
+    dataset = damaged(base, tmp_path, "energon")
+    (dataset / "shard-000.tar.idx").write_bytes(b"")
+    problems = problems_of(dataset)
+    assert [(p.where, p.what) for p in problems] == [
+        ("shard-000.tar", "shard-000.tar.idx is empty but .info.json counts 6 samples.")
+    ]
+
+
 def test_tar_index_disagreeing_with_sqlite_is_reported(base, tmp_path):
     dataset = damaged(base, tmp_path, "energon")
     index = dataset / "shard-000.tar.idx"
