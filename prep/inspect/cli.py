@@ -19,6 +19,7 @@ from prep.cli import (
     tmp_path_option,
 )
 from prep.codecs import TEXT_LIMIT
+from prep.errors import PrepError
 
 if TYPE_CHECKING:
     from prep.index.dataset import PreparedDataset
@@ -147,8 +148,16 @@ def preview_command(
             )
         if not samples:
             click.echo("The split has no samples.")
+        unreadable = 0
         for sample in samples:
-            click.echo(format_sample(prepared, sample, raw=raw, limit=limit))
+            shown = format_sample(prepared, sample, raw=raw, limit=limit)
+            click.echo(shown.text)
+            unreadable += shown.unreadable
+    if unreadable:
+        raise PrepError(
+            f"{unreadable:,} of the parts above could not be read. `shardprep verify {dataset}` names each"
+            " damaged shard and what to do about it."
+        )
 
 
 @contextmanager

@@ -7,6 +7,7 @@ pretty-printed, text, image size and mode, array shape and dtype; `raw` shows th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from prep.codecs import TEXT_LIMIT, describe_part, raw_preview
 from prep.errors import PrepError
@@ -41,17 +42,26 @@ def sample_by_key(dataset: PreparedDataset, key: str) -> SampleRow:
     return sample
 
 
+class ShownSample(NamedTuple):
+    """A sample as printed, and how many of its parts could not be read (the command then fails)."""
+
+    text: str
+    unreadable: int
+
+
 def format_sample(
     dataset: PreparedDataset, sample: SampleRow, *, raw: bool = False, limit: int = TEXT_LIMIT
-) -> str:
+) -> ShownSample:
     """One sample: its key and shard, then each part with its size and decoded (or raw) content."""
     shard = dataset.shards[sample.tar_file_id]
     lines = [f"== {sample.key}  ({shard}, sample {sample.index}, {sample.size:,} bytes in the tar)"]
+    unreadable = 0
     for part, location in dataset.index.parts_of_sample(sample.tar_file_id, sample.index):
         try:
             data = dataset.read_part(location)
         except OSError as error:
-            lines.append(f"-- {part} ({location.size:,} bytes): unreadable ({error}); run `shardprep verify`")
+            lines.append(f"-- {part} ({location.size:,} bytes): unreadable ({error})")
+            unreadable += 1
             continue
         shown = raw_preview(data, limit) if raw else describe_part(part, data, limit)
         separator = "\n" if "\n" in shown else " "
@@ -59,4 +69,4 @@ def format_sample(
         lines.append(
             f"-- {part} ({location.size:,} bytes):{separator}{'   ' if separator == chr(10) else ''}{body}"
         )
-    return "\n".join(lines)
+    return ShownSample("\n".join(lines), unreadable)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.datasets import LONG_KEY, PREPARERS, prepared_dataset, tar_members
+from tests.support.datasets import LONG_KEY, PREPARERS, prepared_dataset, tar_members, writable_copy
 from tests.support.prepare import run_shardprep
 
 
@@ -60,3 +62,19 @@ def test_unknown_key_and_unknown_split_are_clear_errors(base):
     assert result.returncode == 1 and "no sample with key 'no-such-key'" in result.stderr
     result = run_shardprep("preview", str(dataset), "--split", "holdout")
     assert result.returncode == 1 and "no split 'holdout'" in result.stderr
+
+
+def test_parts_that_cannot_be_read_are_shown_as_unreadable_and_the_command_fails(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    shard = first_train_shard(dataset)
+    with tarfile.open(dataset / shard) as tar:
+        second_member = tar.getmembers()[1].offset
+    os.truncate(dataset / shard, second_member)  # the first member remains, nothing after it
+    result = run_shardprep("preview", str(dataset), "-n", "2")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines() if line.startswith("== ")] == ["==", "=="]
+    unreadable = result.stdout.count("): unreadable (")
+    assert unreadable >= 2 and result.stdout.count("\n-- ") > unreadable  # what could be read is shown
+    assert f"Error: {unreadable} of the parts above could not be read. `shardprep verify {dataset}`" in (
+        result.stderr
+    )
