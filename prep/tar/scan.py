@@ -400,8 +400,8 @@ class HeaderWalker:
             if pos == 0 and not checksum_ok(header):
                 raise self._corrupt(0)
             size_field = header[SIZE]
-            try:
-                member_size = int(size_field[:11], 8)
+            try:  # 11 digits and a NUL or space, as most writers put them; else 12 digits (bsdtar), base-256
+                member_size = int(size_field[:11], 8) if size_field[11] in b"\0 " else number(size_field)
             except ValueError:
                 try:
                     member_size = number(size_field)

@@ -92,3 +92,27 @@ def test_a_cut_shard_walked_by_ranged_reads_is_not_read_again_for_the_error() ->
     with pytest.raises(ShardError, match="cut short|ends|end"):
         RangedHeaderWalker("cut.tar", shard).scan()
     assert shard.requests <= 50 + 2
+
+
+def test_a_size_field_of_twelve_octal_digits_is_read_whole() -> None:
+    """bsdtar fills the 12-byte size field with 12 octal digits and no NUL for members of 8-64 GiB;
+    tarfile and energon read all twelve. A walk that read eleven saw a wrong size and a corrupt header."""
+    import io
+    import tarfile
+
+    from prep.tar.scan import HeaderWalker
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for number, size in enumerate([100_000, 20_000, 20_000]):  # big members: the header walk
+            info = tarfile.TarInfo(f"{number:04d}.bin")
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+    data = bytearray(out.getvalue())
+    data[124:136] = b"%012o" % 100_000  # the first size field: "000000303240", not "00000303240\0"
+    data[148:156] = b" " * 8
+    data[148:156] = b"%06o\0 " % sum(data[:512])
+    with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
+        expected = [(m.name, m.offset_data, m.size) for m in tar.getmembers()]
+    walked = [(m.name, m.offset_data, m.size) for m in HeaderWalker("big.tar", bytes(data)).members()]
+    assert walked == expected and expected[0] == ("0000.bin", 512, 100_000)
