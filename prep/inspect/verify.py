@@ -16,6 +16,7 @@ import itertools
 import json
 import mmap
 import os
+import shlex
 import stat
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -196,15 +197,38 @@ def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bo
         chunk = os.pread(fd, min(TAIL_CHUNK, file_size - position), position)
         nonzero = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8))
         if nonzero.size:
-            checker.problem(
-                f"holds data at byte {position + int(nonzero[0]):,}, after the end of the indexed samples"
-                f" (byte {end:,}): something was appended to the shard after prepare, and energon will not"
-                " see it.",
-                "if the appended data belongs in the dataset, " + REPREPARE + "; otherwise restore the shard",
-            )
+            _unindexed_data(checker, position + int(nonzero[0]), end)
             return True
         position += len(chunk)
     return True
+
+
+def _unindexed_data(checker: _ShardChecker, at: int, end: int) -> None:
+    """Data at byte `at` of the shard, past the indexed samples that end at byte `end`.
+
+    Inside the end-of-archive marker, members were most likely appended after prepare (`tar -r` writes over
+    the marker), which prepare indexes when run again. After the marker, no reader sees it (energon, tarfile
+    and GNU tar without `-i` stop at the marker), so preparing again cannot help: it was written there after
+    prepare, or archives were joined end to end (`cat a.tar b.tar`), whose members one archive must hold.
+    """
+    if at < end + 2 * BLOCK:
+        checker.problem(
+            f"holds data at byte {at:,}, where its index puts the end-of-archive marker (byte {end:,}): the"
+            " shard was changed after prepare (members appended with `tar -r` are written over the marker),"
+            " and energon will not see what the index does not cover.",
+            "if the new data belongs in the dataset, " + REPREPARE + "; otherwise " + RESTORE,
+        )
+        return
+    shard = shlex.quote(os.path.join(checker.root, checker.shard)).replace("{", "{{").replace("}", "}}")
+    checker.problem(
+        f"holds data at byte {at:,}, after its end-of-archive marker at byte {end:,}, which the index does"
+        " not cover and no reader sees (energon, shardprep and GNU tar without -i stop at the marker). Either"
+        " it was written after prepare, or archives were joined end to end (`cat a.tar b.tar`).",
+        "for joined archives, put their members into one archive and replace the shard with it, e.g. with GNU"
+        f' tar: `d=$(mktemp -d) && tar -xif {shard} -C "$d" && tar -itf {shard} | tar -cf {shard}.repacked'
+        ' -C "$d" --no-recursion --verbatim-files-from -T - && rm -r "$d"`; for anything else, restore the'
+        " shard from its source (shardprep never modifies tars); then " + REPREPARE,
+    )
 
 
 def _check_parts(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sqlite3
+import subprocess
 import tarfile
 from contextlib import closing
 from pathlib import Path
@@ -88,7 +90,48 @@ def test_shard_with_data_appended_after_prepare_is_reported(base, tmp_path, prep
         shard.write((dataset / "shard-003.tar").read_bytes())
     problems = problems_of(dataset)
     assert [p.where for p in problems] == ["shard-000.tar"]
-    assert "appended" in problems[0].what and "prepare" in problems[0].fix
+    assert "after its end-of-archive marker" in problems[0].what and "joined end to end" in problems[0].what
+    assert "GNU tar" in problems[0].fix and "restore" in problems[0].fix
+
+
+def test_archives_joined_end_to_end_are_healthy_once_repacked_as_the_fix_says(tmp_path):
+    """`cat a.tar b.tar`: every reader stops at a.tar's end-of-archive marker, so preparing again cannot
+    help; the command the fix gives puts both archives' members into one, and then they are all indexed."""
+    tar_version = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    if "GNU tar" not in tar_version:
+        pytest.skip("the suggested command is for GNU tar")
+    dataset = tmp_path / "joined"
+    first = write_tarfile(tmp_path / "a.tar", sample_members("a-", 3))
+    second = write_tarfile(tmp_path / "b.tar", sample_members("b-", 2))
+    dataset.mkdir()
+    (dataset / "ab.tar").write_bytes(first.read_bytes() + second.read_bytes())
+    flags = ["--non-interactive", "--split-ratio", "1,0,0", "--crude", "--no-progress"]
+    run_shardprep("prepare", str(dataset), *flags, check=True)
+    problems = problems_of(dataset)
+    assert [p.where for p in problems] == ["ab.tar"]
+    assert f"after its end-of-archive marker at byte {512 * 12:,}" in problems[0].what
+    command = problems[0].fix.split("`")[1]
+    subprocess.run(["sh", "-c", command], check=True)
+    (dataset / "ab.tar.repacked").replace(dataset / "ab.tar")
+    run_shardprep("prepare", str(dataset), *flags, "--force-overwrite", check=True)
+    report = verify_dataset(dataset, deep=True)
+    assert report.healthy and report.samples == 5, report.problems
+
+
+def test_members_appended_over_the_end_marker_after_prepare_ask_for_prepare_again(tmp_path):
+    dataset = tmp_path / "d"
+    shard = write_tarfile(dataset / "a.tar", sample_members("a-", 3))
+    prepare_dataset(dataset, sample_type="CrudeWebdataset")
+    with tarfile.open(shard, "a") as tar:  # as `tar -r` does: the new member's header overwrites the marker
+        info = tarfile.TarInfo("a-00003.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    problems = problems_of(dataset)
+    assert [p.where for p in problems] == ["a.tar"]
+    assert problems[0].what.startswith(
+        f"holds data at byte {512 * 12:,}, where its index puts the end-of-archive"
+    )
+    assert problems[0].fix.startswith("if the new data belongs in the dataset, re-run `shardprep prepare")
 
 
 @pytest.mark.parametrize("preparer", PREPARERS)
