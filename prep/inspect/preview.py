@@ -12,6 +12,7 @@ from typing import NamedTuple
 from prep.codecs import TEXT_LIMIT, describe_part, raw_preview
 from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
+from prep.index.meta import RERUN_PREPARE
 from prep.index.sqlite import SampleRow
 
 
@@ -57,6 +58,10 @@ def format_sample(
     lines = [f"== {sample.key}  ({shard}, sample {sample.index}, {sample.size:,} bytes in the tar)"]
     unreadable = 0
     for part, location in dataset.index.parts_of_sample(sample.tar_file_id, sample.index):
+        if location.offset is None or location.size is None:  # NULL in a hand-damaged index.sqlite
+            lines.append(f"-- {part}: its index.sqlite row has no byte offset or size. {RERUN_PREPARE}")
+            unreadable += 1
+            continue
         try:
             data = dataset.read_part(location)
         except OSError as error:

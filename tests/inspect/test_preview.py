@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tarfile
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,19 @@ def test_parts_that_cannot_be_read_are_shown_as_unreadable_and_the_command_fails
     assert f"Error: {unreadable} of the parts above could not be read. `shardprep verify {dataset}`" in (
         result.stderr
     )
+
+
+def test_a_part_row_without_offset_is_named_not_a_traceback(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        db.execute(
+            "UPDATE sample_parts SET content_byte_offset = NULL WHERE part_name = 'txt' AND sample_index = 1"
+            " AND tar_file_id = (SELECT tar_file_id FROM samples WHERE sample_key = 's0_001')"
+        )
+        db.commit()
+    result = run_shardprep("preview", str(dataset), "--key", "s0_001")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        "-- txt: its index.sqlite row has no byte offset or size. Re-run `shardprep prepare`" in result.stdout
+    )
+    assert "-- json (" in result.stdout and "Error: 1 of the parts above could not be read" in result.stderr
