@@ -16,7 +16,6 @@ import itertools
 import json
 import mmap
 import os
-import shlex
 import stat
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -32,15 +31,13 @@ from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import read_splits
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
-from prep.tar.scan import HeaderWalker
+from prep.tar.scan import HeaderWalker, first_nonzero, repack_command
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
 READABLE = "make it readable (check its owner and mode)"
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
-#: A tail after the end-of-archive marker longer than this is read in chunks of this size.
-TAIL_CHUNK = 1 << 20
 REGULAR_TYPEFLAGS = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
 #: Headers gathered and checked at a time (bounds the copies: 16 MB of headers).
 CHUNK = 32768
@@ -192,14 +189,10 @@ def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bo
             RESTORE,
         )
         return False
-    position = end
-    while position < file_size:
-        chunk = os.pread(fd, min(TAIL_CHUNK, file_size - position), position)
-        nonzero = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8))
-        if nonzero.size:
-            _unindexed_data(checker, position + int(nonzero[0]), end)
-            return True
-        position += len(chunk)
+    with mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) as mapped:
+        at = first_nonzero(mapped, end, file_size)
+    if at is not None:
+        _unindexed_data(checker, at, end)
     return True
 
 
@@ -219,15 +212,14 @@ def _unindexed_data(checker: _ShardChecker, at: int, end: int) -> None:
             "if the new data belongs in the dataset, " + REPREPARE + "; otherwise " + RESTORE,
         )
         return
-    shard = shlex.quote(os.path.join(checker.root, checker.shard)).replace("{", "{{").replace("}", "}}")
+    repack = repack_command(os.path.join(checker.root, checker.shard)).replace("{", "{{").replace("}", "}}")
     checker.problem(
         f"holds data at byte {at:,}, after its end-of-archive marker at byte {end:,}, which the index does"
         " not cover and no reader sees (energon, shardprep and GNU tar without -i stop at the marker). Either"
         " it was written after prepare, or archives were joined end to end (`cat a.tar b.tar`).",
-        "for joined archives, put their members into one archive and replace the shard with it, e.g. with GNU"
-        f' tar: `d=$(mktemp -d) && tar -xif {shard} -C "$d" && tar -itf {shard} | tar -cf {shard}.repacked'
-        ' -C "$d" --no-recursion --verbatim-files-from -T - && rm -r "$d"`; for anything else, restore the'
-        " shard from its source (shardprep never modifies tars); then " + REPREPARE,
+        f"for joined archives, put their members into one archive and replace the shard with it, e.g. with GNU"
+        f" tar: `{repack}`; for anything else, restore the shard from its source (shardprep never modifies"
+        " tars); then " + REPREPARE,
     )
 
 

@@ -86,6 +86,7 @@ from prep.prepare.shards import (
     scan_shard,
 )
 from prep.processes import ordered_map, worker_count
+from prep.tar.scan import repack_command
 
 #: Samples whose parts the wizard shows after indexing (energon shows two).
 PREVIEW_SAMPLES = 2
@@ -326,8 +327,8 @@ class Unattended:
 
 #: What to do about a shard with data after its end-of-archive marker.
 DATA_AFTER_END_ADVICE = (
-    "To keep that data, unpack the shard with `tar -xif SHARD` (-i reads past the marker) and write it"
-    " again as one archive."
+    "To keep that data, put the shard's members into one archive and replace the shard with it, e.g. with"
+    f" GNU tar: `{repack_command('SHARD')}`."
 )
 
 

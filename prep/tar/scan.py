@@ -14,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import shlex
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -589,6 +590,20 @@ def first_nonzero(buffer: mmap.mmap | bytes | RangedBuffer, start: int, stop: in
         if found.size:
             return at + int(found[0])
     return None
+
+
+def repack_command(shard: str) -> str:
+    """A GNU tar command that puts the members of archives joined end to end (`cat a.tar b.tar`) into
+    one archive, `SHARD.repacked`, keeping their names and order (`-i` reads past end-of-archive markers).
+
+    >>> print(repack_command("my shard.tar").split(" && ")[1])
+    tar -xif 'my shard.tar' -C "$d"
+    """
+    shard = shlex.quote(shard)
+    return (
+        f'd=$(mktemp -d) && tar -xif {shard} -C "$d" && tar -itf {shard} | tar -cf {shard}.repacked -C "$d"'
+        ' --no-recursion --verbatim-files-from -T - && rm -r "$d"'
+    )
 
 
 def _corrupt_offsets(headers: bytearray, header_offsets: array) -> list[int]:
