@@ -390,7 +390,7 @@ def _prepare_locked(
     name = dataset_name(root, source)
     if options.tar_index_only:
         shards, split = reindexed_shards(root, options.exclude, name), None
-        _check_index_names(shards, source)
+        _check_index_files(root, shards, source)
     else:
         if is_prepared(root) and not wizard.go_over_existing(name):
             return None
@@ -398,7 +398,7 @@ def _prepare_locked(
             shards = source.list_shards(options.exclude)
         else:
             shards = list_dataset_shards(root, options.exclude)
-        _check_index_names(shards, source)
+        _check_index_files(root, shards, source)
         wizard.shards_found(shards)
         split = choose_split(options, wizard)
     # --fix-duplicates (prep.prepare.fix_duplicates): keys made unique in place before the scan; without
@@ -543,21 +543,28 @@ def stage_index(
     return staged
 
 
-def _check_index_names(shards: list[str], source: ShardSource | None) -> None:
-    """A PrepError for shards whose `.tar.idx` cannot be a file: its name would be longer than a file name
-    may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four)."""
+def _check_index_files(root: Path, shards: list[str], source: ShardSource | None) -> None:
+    """A PrepError for shards whose `.tar.idx` cannot be written: its name would be longer than a file
+    name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four), or a folder has it."""
     too_long = [
         shard for shard in shards if len(os.fsencode(PurePosixPath(tar_index_name(shard)).name)) > NAME_MAX
     ]
-    if not too_long:
-        return
-    where = " in the local folder the index is built in (--tmp-path)" if source is not None else ""
-    others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
-    raise PrepError(
-        f"{too_long[0]}{others}: the name of its index file, {PurePosixPath(too_long[0]).name}.idx, would be"
-        f" longer than the {NAME_MAX} bytes a file name may have, so it cannot be written{where}. Give the"
-        " shard a shorter name."
-    )
+    if too_long:
+        where = " in the local folder the index is built in (--tmp-path)" if source is not None else ""
+        others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
+        raise PrepError(
+            f"{too_long[0]}{others}: the name of its index file, {PurePosixPath(too_long[0]).name}.idx, would"
+            f" be longer than the {NAME_MAX} bytes a file name may have, so it cannot be written{where}. Give"
+            " the shard a shorter name."
+        )
+    if source is None:
+        folders = [shard for shard in shards if (root / tar_index_name(shard)).is_dir()]
+        if folders:
+            others = f" (and {len(folders) - 1} more)" if len(folders) > 1 else ""
+            raise PrepError(
+                f"{root / tar_index_name(folders[0])}{others} is a folder, where prepare writes the index file"
+                " of the shard beside it. Remove or rename the folder, then run again."
+            )
 
 
 def _insert_rows(

@@ -15,6 +15,7 @@ import mmap
 import os
 import re
 import shlex
+import stat
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -669,9 +670,10 @@ def int_array(values: np.ndarray) -> array:
 
 
 def open_shard(path: str, shard: str) -> mmap.mmap | bytes:
-    """Memory-map a shard read-only, with errors that name it (missing, unreadable, a folder)."""
+    """Memory-map a shard read-only, with errors that name it (missing, unreadable, a folder, a FIFO or
+    device: opened without blocking, so a FIFO named like a shard cannot stop the run)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except PermissionError:
         raise ShardError(
             shard,
@@ -685,9 +687,15 @@ def open_shard(path: str, shard: str) -> mmap.mmap | bytes:
     except OSError as exc:
         raise ShardError(shard, f"cannot be opened: {exc.strerror}.") from None
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise ShardError(
+                shard,
+                "is not a regular file (a FIFO, socket or device), so it is not a tar file.",
+                advice="Rename it or exclude it with --exclude.",
+            )
+        if status.st_size == 0:
             return b""
-        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        return mmap.mmap(fd, status.st_size, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)

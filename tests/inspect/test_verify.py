@@ -228,6 +228,16 @@ def test_shard_or_offset_file_replaced_by_a_folder_is_reported_as_a_folder(base,
     )
 
 
+def test_shard_replaced_by_a_fifo_is_reported_without_waiting_for_a_writer(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    (dataset / "shard-001.tar").unlink()
+    os.mkfifo(dataset / "shard-001.tar")
+    problems = problems_of(dataset)
+    assert [(p.where, p.what) for p in problems] == [
+        ("shard-001.tar", "is not a regular file, not a tar file.")
+    ]
+
+
 def test_empty_offset_file_is_reported_as_empty(base, tmp_path):
     dataset = damaged(base, tmp_path, "energon")
     (dataset / "shard-000.tar.idx").write_bytes(b"")

@@ -4,6 +4,7 @@ previous index exactly as it was; tars are never modified."""
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -179,3 +180,17 @@ def test_member_named_like_a_compression_magic_is_still_a_tar(tmp_path: Path) ->
     write_tarfile(root / "a.tar", [("BZh91AY.txt", b"not bzip2"), ("BZh91AY.json", b"{}")])
     result = run_shardprep("prepare", str(root), *FLAGS)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_fifo_named_like_a_shard_is_named_not_waited_on(prepared: Path) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: prepare must not hang on one."""
+    os.mkfifo(prepared / "shard-003.tar")
+    fails_cleanly(prepared, "shard-003.tar: is not a regular file (a FIFO, socket or device)")
+
+
+def test_a_folder_where_a_tar_idx_goes_is_named_before_any_work(prepared: Path) -> None:
+    (prepared / "shard-001.tar.idx").unlink()
+    (prepared / "shard-001.tar.idx").mkdir()
+    fails_cleanly(
+        prepared, f"{prepared / 'shard-001.tar.idx'} is a folder, where prepare writes the index file"
+    )
