@@ -9,8 +9,11 @@ The steps map onto energon's hooks one to one:
   policy itself is `cookers.packing.fit_pieces`, applied to one document.
 - `select_samples_to_pack` (stateless): plan bins over the buffer's lengths with `cookers.packing`; every
   sample of the buffer lands in exactly one group (energon drops what this leaves out).
-- `pack_selected_samples` (stateless): lay a group out with `cookers.packed_layout`. For `concat` the
-  whole buffer is one group and this yields one pack per `seq_length` tokens.
+- `pack_selected_samples` (stateless): lay a group out with `cookers.packed_layout`.
+- `concat` takes no part in energon's packing buffer: `build_batch` puts a `ConcatPacksDataset` in its place,
+  which cuts each window of `packing_buffer_size` documents, as one stream, into packs of `seq_length`
+  tokens. energon's buffer forgets a group once it starts packing it, so a loader saved part-way through
+  a window's packs would lose the rest; `ConcatPacksDataset` saves its window and the packs handed on.
 - `batch`: join the packs of a batch into one padding-free row of torch tensors, the layout of Hugging
   Face's flash-attention path (`cu_seq_lens_q/k`, `max_length_q/k`, `position_ids`); Megatron's
   `PackedSeqParams` come from `PackedBatch.megatron_packed_seq_params()`.
@@ -21,11 +24,17 @@ The algorithms live in pure modules; this module only adapts them to energon's t
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
+from itertools import islice
+from typing import Any
 
 import numpy as np
 import torch
 from megatron.energon import Batch, Cooker, Sample, TaskEncoder, edataclass, stateless
+from megatron.energon.flavors.base_dataset import SavableDataset, set_sample_restore_key
+from megatron.energon.worker import WorkerConfig
+from megatron.energon.wrappers.base import BaseWrapperDataset, SampleIndex
+from megatron.energon.wrappers.buffer import SavableSampleBuffer
 
 from cookers.packed_layout import LABEL_CONVENTIONS, PackedSequence, flatten_packs, layout_pack
 from cookers.packing import ALGORITHMS, fit_pieces, overlong_policy, plan_packs
@@ -119,6 +128,97 @@ def cook_text_document(sample: dict) -> TextDocument:
     raise ValueError(f"sample {key}: no txt or json part to cook (parts: {', '.join(parts)})")
 
 
+#: A pack's pieces in order: (document, first token, end token).
+Pieces = list[tuple[TokenizedDocument, int, int]]
+
+
+class ConcatPacksDataset(BaseWrapperDataset[TokenizedDocument, PackedSample]):
+    """`concat` packing: each window of `window` documents, in the order read, is one token stream cut every
+    `seq_length` tokens (a window's last pack may be shorter); `lay_out` makes a pack of its pieces.
+
+    The open window and the count of its packs handed on are saved with the loader's state, the count raised
+    before a pack is handed on, so a restored loader goes on with the window's next pack.
+    """
+
+    _savable_fields = ("_window", "_packs_done", "_pack_index")
+
+    def __init__(
+        self,
+        dataset: SavableDataset,
+        seq_length: int,
+        window: int,
+        lay_out: Callable[[Pieces], PackedSample],
+        *,
+        worker_config: WorkerConfig,
+    ) -> None:
+        super().__init__(dataset, worker_config=worker_config)
+        if window < 1:
+            raise ValueError(f"packing_buffer_size must be at least 1, got {window}")
+        self.seq_length = seq_length
+        self.window = window
+        self.lay_out = lay_out
+        self.reset_state_own()
+
+    def reset_state_own(self) -> None:
+        self._window = SavableSampleBuffer(self.dataset, worker_config=self.worker_config)
+        self._packs_done = 0
+        self._pack_index = SampleIndex(self.worker_config, src=self)
+
+    def len_worker(self, worker_idx: int | None = None) -> int:
+        return self.dataset.len_worker(worker_idx)  # an estimate: packs are not documents
+
+    def __iter__(self) -> Iterator[PackedSample]:
+        self._window.worker_start()
+        source = iter(self.dataset)
+        while True:
+            if not self._window.len_worker():  # a restored window is finished before reading on
+                for sample in islice(source, self.window):
+                    self._window.append(sample)
+                if not self._window.len_worker():
+                    return
+            documents = self._window.buffer
+            plan = plan_packs([len(d.input_ids) for d in documents], self.seq_length, "concat")
+            while self._packs_done < plan.num_bins:
+                pieces = [(documents[d], a, b) for d, a, b in plan.bin_pieces(self._packs_done)]
+                self._packs_done += 1
+                yield self._pack(pieces)
+            self._window.clear()
+            self._packs_done = 0
+
+    def _pack(self, pieces: Pieces, index: int | None = None) -> PackedSample:
+        """The pack of these pieces (one per document); its restore key holds its documents' restore keys
+        and where its first piece starts and its last ends."""
+        with self._pack_index.ctx(index) as index:
+            pack = self.lay_out(pieces)
+        keys = [d.__restore_key__ for d, _, _ in pieces]
+        return set_sample_restore_key(pack, index, pieces[0][1], pieces[-1][2], *keys, src=self)
+
+    def restore_sample(self, restore_key: tuple) -> PackedSample:
+        kind, index, start, stop, *keys = restore_key
+        assert kind == type(self).__name__
+        documents = [self.dataset.restore_sample(key) for key in keys]
+        last = len(documents) - 1
+        pieces = [
+            (doc, start if d == 0 else 0, stop if d == last else len(doc.input_ids))
+            for d, doc in enumerate(documents)
+        ]
+        return self._pack(pieces, index)
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "type": type(self).__qualname__,
+            "seq_length": self.seq_length,
+            "window": self.window,
+            "dataset": self.dataset.config(),
+            "worker_config": self.worker_config.config(),
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"ConcatPacksDataset(seq_length={self.seq_length}, window={self.window}, dataset={self.dataset})"
+        )
+
+
 class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatch, PackedBatch]):
     """Tokenize text samples and pack them into sequences of at most `seq_length` tokens.
 
@@ -177,11 +277,33 @@ class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatc
                 loss_mask=None if mask is None else mask[start:stop],
             )
 
+    def build_batch(
+        self,
+        dataset: SavableDataset,
+        *,
+        batch_size: int | None,
+        batch_drop_last: bool = False,
+        packing_buffer_size: int | None = None,
+        worker_config: WorkerConfig,
+    ) -> SavableDataset:
+        """`concat`: a `ConcatPacksDataset` (windows of `packing_buffer_size` documents) takes the place of
+        energon's packing buffer, which cannot save a window part-way through its packs."""
+        if self.algorithm == "concat" and packing_buffer_size is not None:
+            dataset = ConcatPacksDataset(
+                dataset, self.seq_length, packing_buffer_size, self.lay_out, worker_config=worker_config
+            )
+            packing_buffer_size = None
+        return super().build_batch(
+            dataset,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            worker_config=worker_config,
+        )
+
     @stateless
     def select_samples_to_pack(self, samples: list[TokenizedDocument]) -> list[list[TokenizedDocument]]:
         """Group the whole buffer into bins; every sample goes into exactly one group."""
-        if self.algorithm == "concat":
-            return [samples]
         plan = plan_packs(
             [len(s.input_ids) for s in samples],
             self.seq_length,
@@ -191,24 +313,21 @@ class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatc
         return [[samples[d] for d in docs] for docs in plan.bins()]
 
     @stateless
-    def pack_selected_samples(self, samples: list[TokenizedDocument]) -> Generator[PackedSample, None, None]:
-        """Lay out one group as a pack (for `concat`: as many packs as its tokens fill)."""
-        if self.algorithm == "concat":
-            plan = plan_packs([len(s.input_ids) for s in samples], self.seq_length, "concat")
-            bins = list(plan)
-        else:
-            bins = [[(i, 0, len(s.input_ids)) for i, s in enumerate(samples)]]
-        for pieces in bins:
-            chosen = [samples[d] for d, _, _ in pieces]
-            pack = layout_pack(
-                [samples[d].input_ids[a:b] for d, a, b in pieces],
-                [None if samples[d].loss_mask is None else samples[d].loss_mask[a:b] for d, a, b in pieces],
-                labels=self.labels,
-                pad_to_multiple_of=self.pad_to_multiple_of,
-                pad_id=self.tokenizer.pad_id,
-            )
-            keys = [s.__key__ for s in chosen]
-            yield PackedSample.derive_from(chosen[0], __key__="+".join(keys), pack=pack, document_keys=keys)
+    def pack_selected_samples(self, samples: list[TokenizedDocument]) -> PackedSample:
+        """Lay out one group as a pack."""
+        return self.lay_out([(s, 0, len(s.input_ids)) for s in samples])
+
+    def lay_out(self, pieces: Pieces) -> PackedSample:
+        """The pack of these pieces of documents, keyed by its documents' keys."""
+        pack = layout_pack(
+            [d.input_ids[a:b] for d, a, b in pieces],
+            [None if d.loss_mask is None else d.loss_mask[a:b] for d, a, b in pieces],
+            labels=self.labels,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            pad_id=self.tokenizer.pad_id,
+        )
+        keys = [d.__key__ for d, _, _ in pieces]
+        return PackedSample.derive_from(pieces[0][0], __key__="+".join(keys), pack=pack, document_keys=keys)
 
     @stateless
     def batch(self, samples: list[PackedSample]) -> PackedBatch:

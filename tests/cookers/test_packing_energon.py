@@ -117,10 +117,12 @@ def test_prompt_tokens_are_masked_in_packed_sft_batches(tokenizer, tmp_path):
     assert supervised == expected
 
 
-def test_restored_loader_state_gives_the_same_next_batches(tokenizer, text_dataset):
+@pytest.mark.parametrize("algorithm", ["bfd", "concat"])
+def test_restored_loader_state_gives_the_same_next_batches(tokenizer, text_dataset, algorithm):
+    """`concat` makes many packs of one window of documents: the state is saved part-way through them."""
     folder, _, _ = text_dataset
     encoder = PackingTaskEncoder(
-        tokenizer, SEQ_LENGTH, algorithm="bfd", overlong="chunk", pad_to_multiple_of=16
+        tokenizer, SEQ_LENGTH, algorithm=algorithm, overlong="chunk", pad_to_multiple_of=16
     )
 
     def fresh():
@@ -131,6 +133,17 @@ def test_restored_loader_state_gives_the_same_next_batches(tokenizer, text_datas
     for a, b in zip(got, expected, strict=True):
         assert a.input_ids.equal(b.input_ids) and a.labels.equal(b.labels)
         assert a.cu_seq_lens_q.equal(b.cu_seq_lens_q)
+
+
+def test_a_concat_batch_is_restored_from_its_restore_key(tokenizer, text_dataset):
+    folder, _, _ = text_dataset
+    encoder = PackingTaskEncoder(tokenizer, SEQ_LENGTH, algorithm="concat")
+    loader = get_savable_loader(load(folder, encoder, buffer=20, batch_size=2, workers=1))
+    batches = list(loader)
+    for batch in batches[3:5] + batches[-1:]:
+        restored = loader.restore_sample(batch.__restore_key__)
+        assert restored.document_keys == batch.document_keys
+        assert restored.input_ids.equal(batch.input_ids) and restored.labels.equal(batch.labels)
 
 
 def test_an_overlong_document_with_the_error_policy_is_named(tokenizer, text_dataset):
