@@ -105,7 +105,7 @@ class TokenizedUnit(Sample):
 
 @edataclass
 class AssembledExample(Sample):
-    """One example, and the keys of the samples (records) it was made of."""
+    """One example, and the keys of the samples (records) it was made of, in the order it holds them."""
 
     example: RecordExample
     record_keys: list
@@ -121,7 +121,7 @@ class RecordBatch(Batch):
     lengths: list
     num_records: list
     groups: list
-    #: The keys of each example's record samples.
+    #: The keys of each example's record samples, in the order the example holds the records.
     record_keys: list
 
 
@@ -395,14 +395,17 @@ class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, Reco
         schema = self._schema(records[0])
         layout = self._layout(schema)
         if self.options.mode == "grouped":
-            ids = tokenize_group(layout, sample.value, records, sample.names)
+            ids, order = tokenize_group(layout, sample.value, records, sample.names)
+            keys = [sample.keys[i] for i in order.tolist()]
             yield TokenizedUnit.derive_from(
-                sample, ids=ids, schema=schema, record_keys=sample.keys, value=sample.value
+                sample, ids=ids, schema=schema, record_keys=keys, value=sample.value
             )
             return
+        examples, order = sequential_examples(layout, sample.value, records, sample.names)
+        ordered_keys = [sample.keys[i] for i in order.tolist()]
         start = 0
-        for number, example in enumerate(sequential_examples(layout, sample.value, records, sample.names)):
-            keys = sample.keys[start : start + example.num_records]
+        for number, example in enumerate(examples):
+            keys = ordered_keys[start : start + example.num_records]
             start += example.num_records
             yield AssembledExample.derive_from(
                 sample, __key__=f"{sample.__key__}#{number}", example=example, record_keys=keys

@@ -251,21 +251,23 @@ def plan_units(options: AssemblyOptions, sizes: Sequence[int] | np.ndarray, room
 
 def tokenize_group(
     layout: RecordLayout, value: object, rows: Sequence[Mapping], names: Sequence[str]
-) -> np.ndarray:
-    """One group's record tokens, records in `order_by` order; GroupTooLongError (grouped mode) when the
-    group cannot fit an example alone."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """One group's record tokens, records in `order_by` order, and that order (indices into `rows`);
+    GroupTooLongError (grouped mode) when the group cannot fit an example alone."""
     table = _Table.of_runs([(value, list(rows), list(names))], layout)
     tokens, offsets = table.tokens.tokens, table.tokens.offsets
     pieces = [tokens[offsets[i] : offsets[i + 1]] for i in table.record_order.tolist()]
-    return np.concatenate(pieces) if pieces else tokens[:0]
+    return (np.concatenate(pieces) if pieces else tokens[:0]), table.record_order
 
 
 def sequential_examples(
     layout: RecordLayout, value: object, rows: Sequence[Mapping], names: Sequence[str]
-) -> list[RecordExample]:
-    """One group's examples in sequential mode, budgets drawn from the group's own stream."""
+) -> tuple[list[RecordExample], np.ndarray]:
+    """One group's examples in sequential mode, budgets drawn from the group's own stream, and the order of
+    the records in them (indices into `rows`, `order_by` order): example k holds the next `num_records`."""
     table = _Table.of_runs([(value, list(rows), list(names))], layout)
-    return table.sequential([table.record_order], None, per_group=layout.options.randomize_budget)
+    examples = table.sequential([table.record_order], None, per_group=layout.options.randomize_budget)
+    return examples, table.record_order
 
 
 # -- the table of one assembly ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import random
 from collections import Counter
+from itertools import groupby
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from megatron.energon.errors import reraise_exception
 from megatron.energon.flavors.webdataset.sharder import Sharder
 
 from cookers.energon_records import RecordAssemblyTaskEncoder, cook_record, sample_name
-from cookers.records import assemble_records, assemble_stream
+from cookers.records import assemble_records, assemble_stream, layout_for
 from cookers.records_errors import GroupTooLongError
 from cookers.records_layout import IGNORE_INDEX
 from cookers.records_options import AssemblyOptions
@@ -139,6 +140,34 @@ def test_energon_makes_the_examples_assemble_stream_makes(dataset, tokenizer, mo
     ]
     assert got == expected
     assert len(got) > 5
+
+
+@pytest.mark.parametrize(("mode", "buffer"), [("grouped", 6), ("sequential", None)])
+def test_record_keys_name_the_records_of_each_block_in_order(dataset, tokenizer, mode, buffer):
+    """The shards keep each customer's records in CSV order, not by date: an example's record_keys are its
+    records in the order its blocks hold them (by date), one BOS ... EOS block per run of one customer."""
+    encoder = RecordAssemblyTaskEncoder(
+        tokenizer, mode, max_seq_length=MAX_SEQ_LENGTH, column_types=TYPES, **GROUPED
+    )
+    samples = list(get_loader(load(dataset, RecordOrder(), batch_size=None)))
+    by_key = {s.__key__: {**s.record, "amount": float(s.record["amount"])} for s in samples}
+    columns = tuple(samples[0].record)
+    layout = layout_for(
+        AssemblyOptions(mode=mode, max_seq_length=MAX_SEQ_LENGTH, **GROUPED), tokenizer, columns
+    )
+    out_of_order = 0
+    for batch in get_loader(load(dataset, encoder, buffer=buffer, batch_size=1)):
+        keys = batch.record_keys[0]
+        records = [by_key[key] for key in keys]
+        blocks = [list(run) for _, run in groupby(records, key=lambda r: r["customer_id"])]
+        expected = []
+        for block in blocks:
+            tokens = layout.tokenize(block, str).tokens.tolist()
+            expected += [tokenizer.bos_id, *tokens, tokenizer.eos_id]
+        labels = batch.labels[0, : batch.lengths[0]]
+        assert labels[labels != IGNORE_INDEX].tolist() == expected
+        out_of_order += sorted(keys) != keys
+    assert out_of_order, "the data set should have records read out of date order"
 
 
 @pytest.mark.parametrize(
