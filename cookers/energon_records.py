@@ -8,7 +8,10 @@ Records come from `shardprep write` (CSV, JSONL or Parquet): one sample per reco
 The steps, one energon hook each:
 
 1. cooker (`cook_record`): a crude sample's `json` part becomes a `RecordSample` holding the record dict.
-2. grouped, sequential: `build_encode_sample` puts `ContiguousGroupsDataset` after the cooker: it gathers each
+   `build_encode_sample` puts `StreamSchemaDataset` after it: it gives every record the schema of its
+   worker's stream, as `assemble_stream` takes it (`columns`, or the first record's columns), saved with the
+   loader's state.
+2. grouped, sequential: `build_encode_sample` puts `ContiguousGroupsDataset` after that: it gathers each
    run of consecutive records of one group into one `RecordGroup`. Its open group is saved with the loader's
    state (as energon's own buffers are), so a restored loader goes on where it was. Optionally an energon
    `ShuffleBufferDataset` of whole groups follows (`group_shuffle_buffer_size`).
@@ -34,6 +37,12 @@ energon divides a dataset among all workers of all ranks by sample count, not by
 straddles one of those cut points is seen as two groups, one by each worker: at most `workers x ranks - 1`
 groups per pass. A group also ends where the records' source jumps (another shard, or the next epoch).
 
+Records that leave a column out (JSONL with optional fields): every example of a worker has its stream's
+schema prompt, and a record's missing columns are written as null, as `assemble_stream` writes them. A record
+with a column outside that schema is an error naming it (RecordSchemaError). Each worker's stream starts
+with a record of its own, so when records leave columns out pass `columns=(...)` naming every column: then
+every example of every worker gets the same prompt, whichever record comes first.
+
 Errors (`cookers.records_errors`) name the sample; energon's `global_error_handler` decides what happens to
 it: by default it logs the error and skips the record (tabular) or the group; `reraise_exception` stops.
 
@@ -56,7 +65,11 @@ from typing import Any
 import numpy as np
 import torch
 from megatron.energon import Batch, Cooker, Sample, TaskEncoder, edataclass, stateless
-from megatron.energon.flavors.base_dataset import SavableDataset, set_sample_restore_key
+from megatron.energon.flavors.base_dataset import (
+    SavableDataset,
+    add_sample_restore_key,
+    set_sample_restore_key,
+)
 from megatron.energon.flavors.webdataset.sample_loader import WebdatasetSampleLoaderDataset
 from megatron.energon.task_encoder.cooking import basic_sample_keys
 from megatron.energon.worker import WorkerConfig
@@ -76,20 +89,23 @@ RECORD_PART = "json"
 
 @edataclass
 class RecordSample(Sample):
-    """A cooked record: its columns and values, in the order of the source."""
+    """A cooked record: its columns and values, in the order of the source, and the schema of the stream it
+    came in (`StreamSchemaDataset`; empty when it came in none)."""
 
     record: dict
+    columns: tuple = ()
 
 
 @edataclass
 class RecordGroup(Sample):
-    """The records of one group, in the order they were read, with their samples' keys and the names that
-    errors give them."""
+    """The records of one group, in the order they were read, with their samples' keys, the names that
+    errors give them, and their stream's schema."""
 
     value: object
     records: list
     keys: list
     names: list
+    columns: tuple = ()
 
 
 @edataclass
@@ -149,6 +165,53 @@ def cook_record(sample: dict) -> RecordSample:
             f"sample {sample['__key__']}: the {RECORD_PART} part is a {type(record).__name__}, not a record"
         )
     return RecordSample(**basic_sample_keys(sample), record=record)
+
+
+class StreamSchemaDataset(BaseWrapperDataset[RecordSample, RecordSample]):
+    """Gives every record the schema of its worker's stream, as `assemble_stream` takes it: `columns`, or the
+    columns of the first record the worker reads. The schema is saved with the loader's state and is part of
+    each record's restore key, so a restored record keeps it."""
+
+    _savable_fields = ("_columns",)
+
+    def __init__(
+        self, dataset: SavableDataset, columns: tuple[str, ...] | None, *, worker_config: WorkerConfig
+    ) -> None:
+        super().__init__(dataset, worker_config=worker_config)
+        self.columns = columns
+        self.reset_state_own()
+
+    def reset_state_own(self) -> None:
+        self._columns = self.columns
+
+    def len_worker(self, worker_idx: int | None = None) -> int:
+        return self.dataset.len_worker(worker_idx)
+
+    def __iter__(self) -> Iterator[RecordSample]:
+        for sample in self.dataset:
+            if self._columns is None:
+                self._columns = tuple(sample.record)
+            yield self._stamped(sample, tuple(self._columns))
+
+    def _stamped(self, sample: RecordSample, columns: tuple) -> RecordSample:
+        sample.columns = columns
+        return add_sample_restore_key(sample, columns, src=self)
+
+    def restore_sample(self, restore_key: tuple) -> RecordSample:
+        kind, columns, *inner = restore_key
+        assert kind == type(self).__name__
+        return self._stamped(self.dataset.restore_sample(tuple(inner)), tuple(columns))
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "type": type(self).__qualname__,
+            "columns": self.columns,
+            "dataset": self.dataset.config(),
+            "worker_config": self.worker_config.config(),
+        }
+
+    def __str__(self) -> str:
+        return f"StreamSchemaDataset(columns={self.columns!r}, dataset={self.dataset})"
 
 
 class ContiguousGroupsDataset(BaseWrapperDataset[RecordSample, RecordGroup]):
@@ -220,6 +283,7 @@ class ContiguousGroupsDataset(BaseWrapperDataset[RecordSample, RecordGroup]):
             records=[s.record for s in samples],
             keys=[s.__key__ for s in samples],
             names=[sample_name(s) for s in samples],
+            columns=first.columns,
         )
 
     def restore_sample(self, restore_key: tuple) -> RecordGroup:
@@ -315,7 +379,9 @@ class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, Reco
 
     # -- the loader's shape -----------------------------------------------------------------------------------
     def build_encode_sample(self, dataset: SavableDataset, *, worker_config: WorkerConfig) -> SavableDataset:
-        """Grouped and sequential: gather whole groups (and shuffle them) before encoding."""
+        """Give records their stream's schema; grouped and sequential: gather whole groups (and shuffle them)
+        before encoding."""
+        dataset = StreamSchemaDataset(dataset, self.options.columns, worker_config=worker_config)
         if self.options.mode != "tabular":
             check_whole_groups(dataset)
             dataset = ContiguousGroupsDataset(dataset, self.options.group_by, worker_config=worker_config)
@@ -376,7 +442,10 @@ class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, Reco
             layout = self._layouts[schema] = layout_for(self.options, self.tokenizer, schema)
         return layout
 
-    def _schema(self, record: Mapping) -> tuple:
+    def _schema(self, sample: RecordSample | RecordGroup, record: Mapping) -> tuple:
+        """The stream's schema; for a sample that came in no stream, `columns` or its (first) record's."""
+        if sample.columns:
+            return tuple(sample.columns)
         return self.options.columns if self.options.columns is not None else tuple(record)
 
     @stateless
@@ -385,14 +454,14 @@ class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, Reco
         if isinstance(sample, RecordSample):
             name = sample_name(sample)
             record = self._typed(sample.record, name)
-            schema = self._schema(record)
+            schema = self._schema(sample, record)
             tokens = self._layout(schema).tokenize([record], lambda _: name)
             yield TokenizedUnit.derive_from(
                 sample, ids=tokens.tokens, schema=schema, record_keys=[sample.__key__]
             )
             return
         records = [self._typed(r, n) for r, n in zip(sample.records, sample.names, strict=True)]
-        schema = self._schema(records[0])
+        schema = self._schema(sample, records[0])
         layout = self._layout(schema)
         if self.options.mode == "grouped":
             ids, order = tokenize_group(layout, sample.value, records, sample.names)

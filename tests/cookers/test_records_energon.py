@@ -5,6 +5,7 @@ in the order the loader reads them, whole groups, saved and restored state, and 
 from __future__ import annotations
 
 import csv
+import json
 import random
 from collections import Counter
 from itertools import groupby
@@ -23,7 +24,7 @@ from megatron.energon.flavors.webdataset.sharder import Sharder
 
 from cookers.energon_records import RecordAssemblyTaskEncoder, cook_record, sample_name
 from cookers.records import assemble_records, assemble_stream, layout_for
-from cookers.records_errors import GroupTooLongError
+from cookers.records_errors import GroupTooLongError, RecordSchemaError
 from cookers.records_layout import IGNORE_INDEX
 from cookers.records_options import AssemblyOptions
 from cookers.tokenizer import load_tokenizer
@@ -190,6 +191,84 @@ def test_energon_in_one_window_makes_what_assemble_records_makes(dataset, tokeni
         records, tokenizer, mode, max_seq_length=MAX_SEQ_LENGTH, shuffle=False, **settings
     )
     assert got == [e.input_ids.tolist() for e in whole.train]
+
+
+def sparse_rows(count: int, first: int = 0) -> list[dict]:
+    """JSONL rows of customers in runs of 5, the optional `note` left out of all rows but every third (from
+    row `first`)."""
+    rows = []
+    for index in range(count):
+        row = {"customer_id": f"C-{index // 5}", "date": f"2024-01-{index % 28 + 1:02d}", "amount": index}
+        if index % 3 == first:
+            row["note"] = f"note {index}"
+        rows.append(row)
+    return rows
+
+
+def jsonl_dataset(root, rows: list[dict]):
+    (root / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_dataset(
+        open_sources([root / "rows.jsonl"]),
+        root / "prepared",
+        group_by="customer_id",
+        group_contiguous=True,
+        maxcount=12,
+    )
+    return root / "prepared"
+
+
+@pytest.fixture(scope="module")
+def sparse_dataset(tmp_path_factory):
+    return jsonl_dataset(tmp_path_factory.mktemp("sparse"), sparse_rows(30))
+
+
+@pytest.mark.parametrize(("mode", "settings", "buffer"), [("tabular", {}, 4), ("grouped", GROUPED, 2)])
+def test_records_that_leave_a_column_out_get_the_streams_schema_and_null(
+    sparse_dataset, tokenizer, mode, settings, buffer
+):
+    """One schema prompt for every example, the first record's, and null for a column a record leaves out,
+    as assemble_stream gives them (energon gave each set of columns its own prompt)."""
+    encoder = RecordAssemblyTaskEncoder(tokenizer, mode, max_seq_length=MAX_SEQ_LENGTH, **settings)
+    got = rows_of(get_loader(load(sparse_dataset, encoder, buffer=buffer)))
+    samples = list(get_loader(load(sparse_dataset, RecordOrder(), batch_size=None)))
+    records = [s.record for s in samples]
+    assert "note" in records[0] and "note" not in records[1]
+    options = AssemblyOptions(mode=mode, max_seq_length=MAX_SEQ_LENGTH, **settings)
+    expected = assemble_stream(records, tokenizer, options, window=buffer, names=map(sample_name, samples))
+    assert got == [e.input_ids.tolist() for e in expected]
+
+
+def test_a_record_with_a_column_outside_the_streams_schema_is_named_until_columns_names_it(
+    tmp_path, tokenizer
+):
+    """The stream's first record leaves `note` out: a later record that has one is refused, as assemble_stream
+    refuses it, until `columns` names every column."""
+    dataset = jsonl_dataset(tmp_path, sparse_rows(9, first=2))
+
+    def batches(**settings):
+        encoder = RecordAssemblyTaskEncoder(tokenizer, max_seq_length=MAX_SEQ_LENGTH, **settings)
+        return list(get_loader(load(dataset, encoder, buffer=4, error_handler=reraise_exception)))
+
+    with pytest.raises(
+        RecordSchemaError, match=r"/00+2 has column 'note', which is not in the schema.*columns="
+    ):
+        batches()
+    got = batches(columns=("customer_id", "date", "amount", "note"))
+    assert sum(len(keys) for batch in got for keys in batch.record_keys) == 9
+
+
+def test_a_restored_loader_keeps_its_streams_schema(sparse_dataset, tokenizer):
+    """State saved while the packing buffer holds rows 0-3; row 4, read next, leaves `note` out: the restored
+    loader still writes row 0's schema."""
+
+    def fresh():
+        encoder = RecordAssemblyTaskEncoder(tokenizer, max_seq_length=MAX_SEQ_LENGTH)
+        return get_savable_loader(load(sparse_dataset, encoder, buffer=4, workers=1, batch_size=1))
+
+    expected, got = batches_around_a_restore(fresh, taken=1)
+    assert len(expected) > 3 and [a.__key__ for a in got] == [b.__key__ for b in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a.input_ids, b.input_ids)
 
 
 def test_groups_stay_whole_across_epochs_and_shuffled_shards(dataset, tokenizer):
