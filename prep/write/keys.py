@@ -3,7 +3,9 @@ key rule and for duplicates.
 
 A generated key is the record's number among the generated ones, zero-padded (`GENERATED_KEY`), so keys
 sort in input order. A key given by the input must come back from energon as itself: not empty, no dot
-after its last slash, not a `__meta__`-style name, and unique in the dataset.
+after its last slash, not a `__meta__`-style name, and unique in the dataset. It must also stay inside
+the folder it is joined to (`path_problem`): a key is a member name in the shards and a file name in an
+aux folder, which energon reads as `folder / name`, so `..` or a leading `/` would leave the dataset.
 
 >>> keys = SampleKeys(key_field=None)
 >>> keys.key_of(None, {}), keys.key_of("a/b", {}), keys.key_of(None, {})
@@ -22,14 +24,38 @@ class Rejected(Exception):
     """A record that cannot become a sample; the message says why (the write rejects it, by its policy)."""
 
 
+def path_problem(path: str) -> str | None:
+    """Why a relative path would not stay inside the folder it is joined to, or None: it starts with a
+    slash, or a part of it is empty, `.` or `..`.
+
+    >>> path_problem("a/b.jpg"), path_problem("a/../../b.jpg"), path_problem("/etc/b")
+    (None, "it has a '..' part", 'it starts with a slash')
+    """
+    if path.startswith("/"):
+        return "it starts with a slash"
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            return f"it has {f'a {part!r}' if part else 'an empty'} part"
+    return None
+
+
 def key_problem(key: str) -> str | None:
-    """Why a sample key would not come back from energon as itself, or None.
+    """Why a sample key would not come back from energon as itself, or would name a file outside the
+    dataset, or None.
 
     >>> key_problem("dir/0001"), key_problem("a.b")
     (None, "sample key 'a.b' would not survive energon's key rule (a key may not contain a dot after its last slash, start with __ or end with a slash)")
+    >>> key_problem("../../escaped")
+    "sample key '../../escaped' is not a relative path inside the dataset: it has a '..' part (a key names tar members and aux files, so it may not start with a slash or have an empty, '.' or '..' part)"
     """
     if not key:
         return "the sample key is empty"
+    problem = path_problem(key)
+    if problem is not None:
+        return (
+            f"sample key {key!r} is not a relative path inside the dataset: {problem} (a key names tar"
+            " members and aux files, so it may not start with a slash or have an empty, '.' or '..' part)"
+        )
     if key_and_part(f"{key}.x") != (key, "x"):
         return (
             f"sample key {key!r} would not survive energon's key rule (a key may not contain a dot after its"

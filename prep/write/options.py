@@ -29,6 +29,7 @@ from prep.index.format import RATIO_SPLITS
 from prep.index.splits import parse_split_ratio
 from prep.media.filter import MediaFilter, media_filter_from_options
 from prep.processes import worker_count
+from prep.write.keys import path_problem
 from prep.write.shards import ShardLimits
 
 ON_ERROR = ("stop", "skip")
@@ -83,6 +84,12 @@ class WriteOptions:
             raise PrepError(
                 f"--shard-pattern {self.shard_pattern!r} needs one %d-style number, e.g. shard-%06d.tar."
             ) from None
+        problem = path_problem(self.shard_pattern % 0)
+        if problem is not None:
+            raise PrepError(
+                f"--shard-pattern {self.shard_pattern!r} must name shards inside OUT_DIR, but {problem};"
+                " give a relative name such as shard-%06d.tar or shards/shard-%06d.tar."
+            )
         if not self.shard_pattern.endswith(".tar"):
             raise PrepError(
                 f"--shard-pattern {self.shard_pattern!r} must end in .tar (energon finds shards by suffix)."
@@ -196,7 +203,7 @@ def _parse_media(specs: Iterable[str]) -> tuple[tuple[str, str | None], ...]:
     media = []
     for spec in specs:
         column, equals, ext = spec.partition("=")
-        if not column or (equals and not ext):
+        if not column or (equals and not ext) or "/" in ext:
             raise PrepError(f"Invalid --media-column {spec!r}: expected FIELD or FIELD=EXT, e.g. image=jpg.")
         media.append((column, ext.lower().lstrip(".") if equals else None))
     return tuple(media)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from prep.codecs import EncodeError, codec_for, encoder_for, extension
 from prep.index.format import AUX_PART
-from prep.write.keys import Rejected
+from prep.write.keys import Rejected, path_problem
 from prep.write.options import WriteOptions
 from prep.write.sources import Record, Source
 
@@ -117,8 +117,9 @@ def _media_parts(
             raise EncodeError(f"no field {column!r} for --media-column")
         value = fields.pop(column)
         if ext is None:
-            if isinstance(value, str) and "." in value:
-                ext = value.rpartition(".")[2].lower()
+            file_name = value.rpartition("/")[2] if isinstance(value, str) else ""
+            if "." in file_name:
+                ext = file_name.rpartition(".")[2].lower()
             elif codec_for(column).media:
                 ext = extension(column)
             else:
@@ -132,6 +133,10 @@ def _media_parts(
         else:
             raise EncodeError(f"media field {column!r} holds a {type(value).__name__}, not a path or bytes")
         part = ext if len(media) == 1 else f"{column}.{ext}"
+        name = f"{key}.{part}"
+        problem = path_problem(name)
+        if problem is not None:
+            raise EncodeError(f"media file name {name!r} would leave the aux dataset: {problem}")
         parts.append((part, data))
-        names[column] = f"{key}.{part}"
+        names[column] = name
     return parts, names

@@ -53,7 +53,7 @@ from prep.tar.fields import END_OF_ARCHIVE
 from prep.write.blockwise import engine_map, refusal, write_in_blocks
 from prep.write.build import DatasetBuild, ShardSlot
 from prep.write.jsonl_parallel import ShardDone, ShardJob, plan_shards, write_planned_shard
-from prep.write.keys import Rejected, SampleKeys
+from prep.write.keys import Rejected, SampleKeys, path_problem
 from prep.write.options import WriteOptions
 from prep.write.parts import Parts
 from prep.write.polylithic import AUX_FOLDER, PRIMARY_FOLDER, metadataset_yaml
@@ -217,6 +217,11 @@ class WriteRun:
         media_filter = self.options.media_filter
         for part, data in media:
             name = f"{key}.{part}"
+            problem = path_problem(name)
+            if problem is not None:  # the key and parts stages refuse such names; nothing is written outside
+                raise PrepError(
+                    f"Media file name {name!r} would leave {self.out_dir / AUX_FOLDER}: {problem}."
+                )
             target = self.aux_folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prep.errors import PrepError
-from prep.write import write_dataset
+from prep.write import BadInputError, write_dataset
 from tests.support.prepare import run_shardprep, snapshot
 from tests.support.write import load_parts
 
@@ -184,3 +184,51 @@ def test_misaligned_parallel_text_and_bad_alignment(tmp_path: Path) -> None:
             "input": "0-0 1-3",
         }
     ]
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+def test_key_that_would_leave_the_dataset_is_refused_and_nothing_lands_outside(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jpg").write_bytes(b"IMG1")
+    source = jsonl(data / "m.jsonl", ['{"id": "../../escaped", "img": "a.jpg", "t": "x"}'])
+    result = write(source, tmp_path / "out", "--key-column", "id", "--media-column", "img", "--part", "t=txt")
+    assert result.returncode == 1
+    assert (
+        f"{source}:1: sample key '../../escaped' is not a relative path inside the dataset" in result.stderr
+    )
+    assert files_under(tmp_path) == ["data", "data/a.jpg", "data/m.jsonl"]
+    for key, problem in [
+        (f"{tmp_path}/absolute", "it starts with a slash"),
+        ("a//b", "it has an empty part"),
+        ("./a", "it has a '.' part"),
+        ("a/../../b", "it has a '..' part"),
+    ]:
+        with pytest.raises(BadInputError, match=f"<iterable>:1: sample key .* {problem}"):
+            write_dataset(
+                [{"__key__": key, "img": b"IMG1", "txt": "x"}], tmp_path / "o2", media_columns=["img=jpg"]
+            )
+    assert files_under(tmp_path) == ["data", "data/a.jpg", "data/m.jsonl"]
+
+
+def test_media_extension_with_a_slash_is_not_a_way_out(tmp_path: Path) -> None:
+    (tmp_path / "dir.d").mkdir()
+    (tmp_path / "a").write_bytes(b"IMG1")
+    rows = [{"__key__": "k", "img": str(tmp_path / "dir.d/../a"), "txt": "x"}]
+    with pytest.raises(BadInputError, match="cannot tell the file type of media field 'img'"):
+        write_dataset(rows, tmp_path / "out", media_columns=["img"])
+    with pytest.raises(PrepError, match="Invalid --media-column 'img=x/../../y'"):
+        write_dataset(rows, tmp_path / "out", media_columns=["img=x/../../y"])
+    assert files_under(tmp_path) == ["a", "dir.d"]
+
+
+@pytest.mark.parametrize("pattern", ["../esc-%06d.tar", "/tmp/esc-%06d.tar", "shards//s-%d.tar"])
+def test_shard_pattern_that_leaves_out_dir_is_refused(tmp_path: Path, pattern: str) -> None:
+    with pytest.raises(PrepError, match="must name shards inside OUT_DIR"):
+        write_dataset([{"txt": "x"}], tmp_path / "out", shard_pattern=pattern)
+    assert list(tmp_path.iterdir()) == []
+    write_dataset([{"txt": "x"}], tmp_path / "out", shard_pattern="shards/s-%06d.tar")
+    assert (tmp_path / "out" / "shards" / "s-000000.tar").is_file()
