@@ -343,6 +343,7 @@ def write(
     """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
+    _check_apart(sources, out_dir)
     with plain_io_errors(out_dir, "write"), dataset_lock(out_dir, "write"):
         _check_out_dir(out_dir, options)
         with WriteRun(out_dir, options, progress) as run:
@@ -522,6 +523,25 @@ def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
             f"{out_dir} is not empty{kept}. Give a new or empty folder, or pass --overwrite to replace its"
             " contents (the old contents stay until the new dataset is complete)."
         )
+
+
+def _check_apart(sources: list[Source], out_dir: Path) -> None:
+    """A PrepError if a source lies in OUT_DIR (an --overwrite would delete it once read) or OUT_DIR lies
+    in a folder source (the run would read its own output), links followed."""
+    out = out_dir.resolve()
+    for source in sources:
+        for path in getattr(source, "paths", ()):
+            resolved = Path(path).resolve()
+            if resolved.is_relative_to(out):
+                raise PrepError(
+                    f"SOURCE {path} is inside OUT_DIR {out_dir}, whose contents a write replaces. Give an"
+                    " OUT_DIR apart from the sources."
+                )
+            if resolved.is_dir() and out.is_relative_to(resolved):
+                raise PrepError(
+                    f"OUT_DIR {out_dir} is inside the folder SOURCE {path}, which would then hold the"
+                    " dataset's own shards as samples. Give an OUT_DIR outside it."
+                )
 
 
 def _holds_no_file(folder: Path) -> bool:

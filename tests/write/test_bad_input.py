@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prep.errors import PrepError
-from prep.write import BadInputError, write_dataset
+from prep.write import BadInputError, open_sources, write_dataset
 from tests.support.prepare import run_shardprep, snapshot
 from tests.support.write import load_parts
 
@@ -232,3 +232,34 @@ def test_shard_pattern_that_leaves_out_dir_is_refused(tmp_path: Path, pattern: s
     assert list(tmp_path.iterdir()) == []
     write_dataset([{"txt": "x"}], tmp_path / "out", shard_pattern="shards/s-%06d.tar")
     assert (tmp_path / "out" / "shards" / "s-000000.tar").is_file()
+
+
+def test_overwrite_never_deletes_a_source_inside_out_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    source = jsonl(data / "rows.jsonl", [GOOD])
+    result = write(source, data, "--overwrite")
+    assert result.returncode == 1
+    assert f"SOURCE {source} is inside OUT_DIR {data}" in result.stderr and "Traceback" not in result.stderr
+    assert files_under(tmp_path) == ["data", "data/rows.jsonl"]
+    (data / "0001.txt").write_text("c1")
+    for out in (data, tmp_path / "link"):  # the folder itself, and a link to it
+        if out.name == "link":
+            out.symlink_to(data)
+        with pytest.raises(PrepError, match="is inside OUT_DIR"):
+            write_dataset(open_sources([data]), out, overwrite=True)
+    with pytest.raises(PrepError, match=f"OUT_DIR {data / 'out'} is inside the folder SOURCE {data}"):
+        write_dataset(open_sources([data]), data / "out")
+    assert files_under(data) == ["0001.txt", "rows.jsonl"]
+
+
+def test_folder_source_does_not_take_an_earlier_written_dataset_as_samples(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "0001.txt").write_text("c1")
+    write_dataset(open_sources([images]), tmp_path / "out")
+    (tmp_path / "out").rename(images / "out")
+    write_dataset(open_sources([images]), tmp_path / "again")
+    assert load_parts(tmp_path / "again") == {"0001": {"txt": b"c1"}}
+    with pytest.raises(PrepError, match=f"{images / 'out'} is a prepared dataset"):
+        write_dataset(open_sources([images / "out"]), tmp_path / "third")

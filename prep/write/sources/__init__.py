@@ -54,6 +54,8 @@ class Reject:
 class Source(Protocol):
     name: str
     default_parts: str | list[tuple[str, str]]
+    #: The files and folders it reads (none for an iterable): `write` keeps OUT_DIR apart from them.
+    paths: list[Path]
 
     def records(self) -> Iterator[Record | Reject]: ...
 
@@ -62,6 +64,7 @@ class DictSource:
     """Any iterable of dicts, webdataset style: `__key__` (optional) and parts named by extension."""
 
     default_parts = "by-name"
+    paths: list[Path] = []
 
     def __init__(self, items: Iterable[dict], name: str = "<iterable>") -> None:
         self.items = items
@@ -109,6 +112,7 @@ class FileSource:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = str(path)
+        self.paths = [path]
 
     @classmethod
     def open(cls, paths: list[Path], columns: list[str] | None = None) -> list[Source]:

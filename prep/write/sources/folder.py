@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
+from prep.errors import PrepError
+from prep.index.format import META_DIR
 from prep.index.group import key_and_part
+from prep.index.meta import is_prepared
 from prep.write.sources import FileSource, Record, Reject
 
 
 class FolderSource(FileSource):
     """One record per key (relative folder + file name up to its first dot), parts named by the rest.
 
-    Hidden files and folders are left out; samples come in sorted key order, parts in sorted order.
+    Hidden files and folders are left out, and so are prepared datasets below the folder (an earlier
+    write's output: shards and `.tar.idx` files are not samples); samples come in sorted key order,
+    parts in sorted order.
     """
 
     default_parts = "by-name"
 
     def grouped(self) -> dict[str, dict[str, str]]:
         """key -> {part: relative path}, keys sorted."""
+        if is_prepared(self.path):
+            raise PrepError(
+                f"{self.path} is a prepared dataset (it has {META_DIR}): its shards are not samples."
+                " Give the folder of raw files it was written from, or index its shards with shardprep prepare."
+            )
         samples: dict[str, dict[str, str]] = {}
         for folder, dirs, files in os.walk(self.path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not is_prepared(Path(folder, d)))
             relative = os.path.relpath(folder, self.path)
             prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
             for file in files:

@@ -46,6 +46,7 @@ class ParquetSource:
     def __init__(self, path: Path, columns: list[str] | None = None) -> None:
         self.path = path
         self.name = str(path)
+        self.paths = [path]
         self.columns = columns
 
     @classmethod
