@@ -263,3 +263,17 @@ def test_folder_source_does_not_take_an_earlier_written_dataset_as_samples(tmp_p
     assert load_parts(tmp_path / "again") == {"0001": {"txt": b"c1"}}
     with pytest.raises(PrepError, match=f"{images / 'out'} is a prepared dataset"):
         write_dataset(open_sources([images / "out"]), tmp_path / "third")
+
+
+def test_parquet_string_that_is_not_utf8_is_refused_by_row(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = pa.table({"text": ["fine", "hello", "also fine"]})
+    pq.write_table(table, tmp_path / "rows.parquet", compression="none", use_dictionary=False)
+    data = (tmp_path / "rows.parquet").read_bytes()
+    (tmp_path / "rows.parquet").write_bytes(data.replace(b"hello", b"\xe8ello"))
+    with pytest.raises(BadInputError, match=r"rows.parquet:row 2: a string that is not UTF-8"):
+        write_dataset(open_sources([tmp_path / "rows.parquet"]), tmp_path / "out")
+    summary = write_dataset(open_sources([tmp_path / "rows.parquet"]), tmp_path / "out", on_error="skip")
+    assert summary.samples == 2 and summary.rejects == 1

@@ -99,6 +99,15 @@ class ParquetSource:
                 row += 1
                 yield Reject(f"{self.name}:row {row}", f"{reason} (cast it, or leave it out with --part)")
             return
-        for fields in table.to_pylist():
+        try:
+            records = table.to_pylist()
+        except UnicodeDecodeError:  # a damaged string: pyarrow checks UTF-8 only when it makes the str
+            records = None
+        for number in range(table.num_rows):
             row += 1
+            try:
+                fields = records[number] if records is not None else table.slice(number, 1).to_pylist()[0]
+            except UnicodeDecodeError as error:
+                yield Reject(f"{self.name}:row {row}", f"a string that is not UTF-8 ({error.reason})")
+                continue
             yield Record(fields, f"{self.name}:row {row}", base=base)
