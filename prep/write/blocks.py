@@ -30,7 +30,7 @@ from typing import Any
 
 from prep.errors import PrepError
 from prep.write.sources import Record, Reject, Source
-from prep.write.sources.csv import CsvSource
+from prep.write.sources.csv import CsvSource, csv_reader
 from prep.write.sources.jsonl import JsonlSource, parse_lines
 from prep.write.sources.parquet import ParquetSource
 
@@ -170,7 +170,7 @@ def _csv_blocks(source: CsvSource, block_bytes: int) -> list[Block]:
     path = os.path.abspath(source.path)
     at = [0]
     with open(source.path, "rb") as file:
-        reader = csv.reader(_text_lines(file, 0, 1 << 62, source.name, at), delimiter=source.delimiter)
+        reader = csv_reader(_text_lines(file, 0, 1 << 62, source.name, at), source.delimiter)
         header = next(reader, None)
         header_lines = reader.line_num
     if header is None:
@@ -237,9 +237,7 @@ def _records(block: Block, source: Any) -> Iterator[Record | Reject]:
             yield from parse_lines(_lines_until(file, block.end), block.name, block.lines_before + 1, base)
             return
         at = [0]
-        reader = csv.reader(
-            _text_lines(file, block.start, block.end, block.name, at), delimiter=block.delimiter
-        )
+        reader = csv_reader(_text_lines(file, block.start, block.end, block.name, at), block.delimiter)
         yield from source.rows(reader, list(block.header), block.lines_before)
 
 
@@ -258,7 +256,7 @@ def count_block(block: Block) -> BlockCount:
             return BlockCount(records, lines)
         at = [0]
         limit = min(block.end + CSV_SLACK, os.path.getsize(block.path))
-        reader = csv.reader(_text_lines(file, block.start, limit, block.name, at), delimiter=block.delimiter)
+        reader = csv_reader(_text_lines(file, block.start, limit, block.name, at), block.delimiter)
         records = 0  # as `CsvSource.rows` counts them: rows but blank ones, and unreadable ones
         while at[0] < block.end:
             try:

@@ -277,3 +277,41 @@ def test_parquet_string_that_is_not_utf8_is_refused_by_row(tmp_path: Path) -> No
         write_dataset(open_sources([tmp_path / "rows.parquet"]), tmp_path / "out")
     summary = write_dataset(open_sources([tmp_path / "rows.parquet"]), tmp_path / "out", on_error="skip")
     assert summary.samples == 2 and summary.rejects == 1
+
+
+def test_a_stray_quote_in_csv_or_tsv_is_refused_at_its_line_not_joined_with_the_rows_after_it(
+    tmp_path: Path,
+) -> None:
+    csv_path = tmp_path / "q.csv"
+    csv_path.write_text('id,text\n1,"open quote only\n2,plain\n3,more\n')
+    with pytest.raises(BadInputError, match=r"q.csv:2: unreadable CSV \(unexpected end of data\)"):
+        write_dataset(open_sources([csv_path]), tmp_path / "o1", key_column="id", parts=["text=txt"])
+    tsv_path = tmp_path / "q.tsv"  # quoted as pandas writes TSV; the second row's quote is left open
+    tsv_path.write_text('id\ttext\n1\t"""Hello,"" she said"\n2\t"Hello," she said\n3\tplain\n')
+    with pytest.raises(BadInputError, match=r"q.tsv:3: unreadable CSV \('\t' expected after '\"'\)"):
+        write_dataset(open_sources([tsv_path]), tmp_path / "o2", key_column="id", parts=["text=txt"])
+    summary = write_dataset(
+        open_sources([tsv_path]), tmp_path / "o2", key_column="id", parts=["text=txt"], on_error="skip"
+    )
+    assert summary.rejects == 1
+    assert load_parts(tmp_path / "o2") == {"1": {"txt": b'"Hello," she said'}, "3": {"txt": b"plain"}}
+
+
+def test_a_stray_quote_in_a_later_csv_block_stops_the_run_as_one_pass_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prep.write import blockwise
+
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 300)
+    path = tmp_path / "in.csv"
+    path.write_text(
+        "id,text\n"
+        + "".join(f"k{n},{'word ' * (n % 7)}\n" for n in range(200)).replace("k150,", 'k150,"open quote only')
+    )
+    messages = []
+    for resume in (True, False):
+        with pytest.raises(BadInputError) as raised:
+            write_dataset(open_sources([path]), tmp_path / f"out-{resume}", resume=resume)
+        messages.append(str(raised.value))
+        assert not (tmp_path / f"out-{resume}" / ".nv-meta").exists()
+    assert messages[0] == messages[1] and "in.csv:152: unreadable CSV (unexpected end of data)" in messages[0]

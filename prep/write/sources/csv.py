@@ -1,7 +1,12 @@
 """CSV (and TSV by suffix): a header row names the fields; every row must have exactly that many.
 
 `CsvSource.records` reads the whole file; `CsvSource.rows` reads from any reader that stands at a record
-boundary, which is how `prep.write.blocks` reads one block of a file with the same code.
+boundary, which is how `prep.write.blocks` reads one block of a file with the same code. Both read with
+`csv_reader`, whose settings are stated there once.
+
+A TSV file is read with CSV's quoting too (tab-separated, `"` quotes a field, `""` is a quote in it), as
+pandas and Python's `csv` module write it: a field that starts with `"` is quoted. A quote left open or
+text after a closing quote is a reject naming `file:line`, never rows silently joined into one field.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,12 @@ def first_bad_utf8(path: Path, chunk: int = 1 << 20) -> tuple[int, str]:
             offset += len(data)
 
 
+def csv_reader(lines: Iterable[str], delimiter: str) -> Any:
+    """A `csv.reader` over text lines, strict: a stray quote is a `csv.Error` (which `CsvSource.rows`
+    rejects at its line), not a field that swallows the rows after it."""
+    return csv.reader(lines, delimiter=delimiter, strict=True)
+
+
 class CsvSource(FileSource):
     """Records from a CSV file, values as strings; a row with the wrong field count is a Reject."""
 
@@ -52,7 +63,7 @@ class CsvSource(FileSource):
     def records(self) -> Iterator[Record | Reject]:
         try:
             with open(self.path, newline="", encoding="utf-8") as file:
-                reader = csv.reader(file, delimiter=self.delimiter)
+                reader = csv_reader(file, self.delimiter)
                 header = next(reader, None)
                 if header is None:
                     return
