@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prep.errors import PrepError
-from prep.write.sources import Record, Reject, Source
+from prep.write.sources import Record, Reject, Source, text_start
 from prep.write.sources.csv import CsvSource, csv_reader
 from prep.write.sources.jsonl import JsonlSource, parse_lines
 from prep.write.sources.parquet import ParquetSource
@@ -95,7 +95,7 @@ def plan_blocks(sources: list[Source], block_bytes: int, block_rows: int) -> lis
     for source in sources:
         if isinstance(source, JsonlSource):
             path = os.path.abspath(source.path)
-            cuts = _cuts(source.path, 0, block_bytes, quoted=False)
+            cuts = _cuts(source.path, text_start(source.path), block_bytes, quoted=False)
             blocks += [Block("jsonl", path, source.name, start, end) for start, end in cuts]
         elif isinstance(source, CsvSource):
             blocks += _csv_blocks(source, block_bytes)
@@ -170,7 +170,9 @@ def _csv_blocks(source: CsvSource, block_bytes: int) -> list[Block]:
     path = os.path.abspath(source.path)
     at = [0]
     with open(source.path, "rb") as file:
-        reader = csv_reader(_text_lines(file, 0, 1 << 62, source.name, at), source.delimiter)
+        reader = csv_reader(
+            _text_lines(file, text_start(source.path), 1 << 62, source.name, at), source.delimiter
+        )
         header = next(reader, None)
         header_lines = reader.line_num
     if header is None:

@@ -27,7 +27,7 @@ from prep.tar.fields import MAX_OCTAL_SIZE, member_bytes
 from prep.tar.write import HeaderMaker
 from prep.write.keys import GENERATED_KEY
 from prep.write.shards import ShardFile, ShardLimits
-from prep.write.sources import Reject
+from prep.write.sources import Reject, text_start
 from prep.write.sources.jsonl import parse_lines
 
 if TYPE_CHECKING:
@@ -110,9 +110,10 @@ def _nonblank_lines(path: Path, chunk_bytes: int) -> Iterator[tuple[np.ndarray, 
     whitespace[list(WHITESPACE)] = True
     line_end = np.zeros(256, dtype=bool)
     line_end[list(b"\r\n")] = True
-    offset, lines = 0, 0  # where the unread rest of the file starts, and the lines before it
+    offset, lines = text_start(path), 0  # where the unread rest of the file starts, and the lines before it
     pending: list[bytes] = []  # the start of a line that has not ended yet
     with open(path, "rb", buffering=0) as file:
+        file.seek(offset)
         while True:
             block = file.read(chunk_bytes)
             if block and b"\n" not in block:

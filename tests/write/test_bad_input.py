@@ -10,7 +10,7 @@ import pytest
 from prep.errors import PrepError
 from prep.write import BadInputError, open_sources, write_dataset
 from tests.support.prepare import run_shardprep, snapshot
-from tests.support.write import load_parts
+from tests.support.write import load_parts, written
 
 GOOD = '{"text": "fine"}'
 
@@ -315,3 +315,35 @@ def test_a_stray_quote_in_a_later_csv_block_stops_the_run_as_one_pass_does(
         messages.append(str(raised.value))
         assert not (tmp_path / f"out-{resume}" / ".nv-meta").exists()
     assert messages[0] == messages[1] and "in.csv:152: unreadable CSV (unexpected end of data)" in messages[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "options"),
+    [
+        ("rows.csv", "id,text\r\na1,hello\r\na2,world\r\n", {"key_column": "id", "parts": ["text=txt"]}),
+        ("rows.csv", "id,text\na1,hello\na2,world\n", {"maxcount": 1, "resume": True}),
+        ("rows.jsonl", '{"id": "a1"}\n{"id": "a2"}\n{"id": "a3"}\n', {"maxcount": 1, "num_workers": 2}),
+        ("rows.jsonl", '{"id": "a1"}\n{"id": "a2"}\n', {"key_column": "id"}),
+        ("rows.jsonl", '{"id": "a1"}\n{"id": "a2"}\n', {"resume": True}),
+    ],
+)
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_line(
+    tmp_path: Path, name: str, text: str, options: dict
+) -> None:
+    """Excel and some editors start UTF-8 files with a byte order mark: the same dataset as without it."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "bom").mkdir()
+    (tmp_path / "plain" / name).write_text(text)
+    (tmp_path / "bom" / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    for folder in ("plain", "bom"):
+        write_dataset(open_sources([tmp_path / folder / name]), tmp_path / folder / "out", **options)
+    assert written(tmp_path / "bom" / "out") == written(tmp_path / "plain" / "out")
+    assert b"\xef\xbb\xbf" not in b"".join(written(tmp_path / "bom" / "out").values())
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_parallel_sentence(tmp_path: Path) -> None:
+    (tmp_path / "src").write_bytes(b"\xef\xbb\xbfa b\nc\n")
+    (tmp_path / "tgt").write_bytes(b"\xef\xbb\xbfx y\nz\n")
+    sources = open_sources([tmp_path / "src", tmp_path / "tgt"], "parallel")
+    write_dataset(sources, tmp_path / "out")
+    assert load_parts(tmp_path / "out")["000000000"] == {"src.txt": b"a b", "tgt.txt": b"x y"}

@@ -17,6 +17,7 @@ opens what the command line names. `DictSource` wraps any iterable of dicts (the
 
 from __future__ import annotations
 
+import codecs
 import importlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,14 @@ from prep.errors import PrepError
 
 #: A field of this name (webdataset's convention) holds the sample key.
 KEY_FIELD = "__key__"
+#: The byte order mark that Excel and some editors put before a UTF-8 file's first line: not part of it.
+UTF8_BOM = codecs.BOM_UTF8
+
+
+def text_start(path: Path) -> int:
+    """The byte offset of a text file's first line: after its UTF-8 byte order mark, if it has one."""
+    with open(path, "rb") as file:
+        return len(UTF8_BOM) if file.read(len(UTF8_BOM)) == UTF8_BOM else 0
 
 
 @dataclass(slots=True)

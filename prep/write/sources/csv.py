@@ -62,7 +62,7 @@ class CsvSource(FileSource):
 
     def records(self) -> Iterator[Record | Reject]:
         try:
-            with open(self.path, newline="", encoding="utf-8") as file:
+            with open(self.path, newline="", encoding="utf-8-sig") as file:  # a byte order mark is not text
                 reader = csv_reader(file, self.delimiter)
                 header = next(reader, None)
                 if header is None:

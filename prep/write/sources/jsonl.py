@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from prep.write.sources import FileSource, Record, Reject
+from prep.write.sources import FileSource, Record, Reject, text_start
 
 try:
     from orjson import loads as _fast_loads
@@ -31,6 +31,7 @@ class JsonlSource(FileSource):
 
     def records(self) -> Iterator[Record | Reject]:
         with open(self.path, "rb", buffering=1 << 20) as file:
+            file.seek(text_start(self.path))
             yield from parse_lines(file, self.name, 1, self.path.parent)
 
 

@@ -54,7 +54,7 @@ class ParallelTextSource:
         return [cls(*paths)]
 
     def records(self) -> Iterator[Record | Reject]:
-        files = [open(path, encoding="utf-8", newline="\n") for path in self.paths]  # noqa: SIM115
+        files = [open(path, encoding="utf-8-sig", newline="\n") for path in self.paths]  # noqa: SIM115
         try:
             for number, lines in enumerate(itertools.zip_longest(*files), 1):
                 where = f"{self.name}:{number}"
