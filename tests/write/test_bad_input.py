@@ -347,3 +347,11 @@ def test_a_byte_order_mark_is_not_part_of_the_first_parallel_sentence(tmp_path: 
     sources = open_sources([tmp_path / "src", tmp_path / "tgt"], "parallel")
     write_dataset(sources, tmp_path / "out")
     assert load_parts(tmp_path / "out")["000000000"] == {"src.txt": b"a b", "tgt.txt": b"x y"}
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_csv_field_past_the_csv_modules_default_limit_is_written(tmp_path: Path, resume: bool) -> None:
+    path = tmp_path / "big.csv"
+    path.write_text("id,text\na,short\nb," + "x" * 200_000 + "\n")
+    write_dataset(open_sources([path]), tmp_path / "out", key_column="id", parts=["text=txt"], resume=resume)
+    assert load_parts(tmp_path / "out")["b"] == {"txt": b"x" * 200_000}

@@ -45,9 +45,15 @@ def first_bad_utf8(path: Path, chunk: int = 1 << 20) -> tuple[int, str]:
             offset += len(data)
 
 
+#: The longest field read (the csv module's default is 131,072 characters; a JSONL line may be 100 MB).
+MAX_FIELD_CHARS = 2**31 - 1
+
+
 def csv_reader(lines: Iterable[str], delimiter: str) -> Any:
     """A `csv.reader` over text lines, strict: a stray quote is a `csv.Error` (which `CsvSource.rows`
-    rejects at its line), not a field that swallows the rows after it."""
+    rejects at its line), not a field that swallows the rows after it. Fields up to `MAX_FIELD_CHARS`
+    (a setting of the process, made here so that block workers make it too)."""
+    csv.field_size_limit(MAX_FIELD_CHARS)
     return csv.reader(lines, delimiter=delimiter, strict=True)
 
 
