@@ -45,8 +45,27 @@ INSERT_CACHE_KIB = 2048
 COLUMN_CHUNK_ROWS = 1 << 20
 
 
+#: Why a duplicate key is an error, said after where it is.
+UNIQUE_KEYS = (
+    "energon needs every sample key to be unique across the dataset (the key is the member path up to the"
+    " first dot of its file name)."
+)
+
+
 class DuplicateKeyError(PrepError):
-    """The same sample key in two places: energon's index cannot hold it."""
+    """The same sample key in two places: energon's index cannot hold it. `places` names the key and
+    both places, for a command to give its own advice; the message gives prepare's."""
+
+    def __init__(self, places: str) -> None:
+        self.places = places
+        super().__init__(
+            f"{places} {UNIQUE_KEYS} Rename one of them, e.g. by re-writing the shards with a per-shard"
+            " key prefix, leave one shard out with --exclude, or prepare with --fix-duplicates to put each"
+            " shard's path in front of its member names in place (as energon does)."
+        )
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.places,))
 
 
 def insert_columns(db: sqlite3.Connection, table: str, tar_file_id: int, columns: list[Sequence]) -> None:
@@ -151,8 +170,10 @@ class SqliteIndexWriter:
         db.execute("COMMIT")
 
     def _duplicate_of(self, rows: ShardRows) -> DuplicateKeyError:
-        """The first sample of `rows` whose key is already in the index, as an error naming both places."""
+        """The first sample of `rows` whose key is already in the index or earlier in `rows`, as an error
+        naming both places."""
         db = self._connection()
+        earlier: dict[str, int] = {}
         for key, offset in zip(rows.sample_keys, rows.sample_starts, strict=True):
             found = db.execute("SELECT tar_file_id, byte_offset FROM samples WHERE sample_key = ?", (key,))
             row = found.fetchone()
@@ -160,12 +181,14 @@ class SqliteIndexWriter:
                 first_shard, first_offset = row
                 return DuplicateKeyError(
                     f"Sample key {key!r} appears in {self.shard_names[first_shard]} at byte {first_offset} and"
-                    f" again in {rows.shard} at byte {offset}. energon needs every sample key to be unique"
-                    " across the dataset (the key is the member path up to the first dot of its file name)."
-                    " Rename one of them, e.g. by re-writing the shards with a per-shard key prefix, leave"
-                    " one shard out with --exclude, or prepare with --fix-duplicates to put each shard's"
-                    " path in front of its member names in place (as energon does)."
+                    f" again in {rows.shard} at byte {offset}."
                 )
+            if key in earlier:
+                return DuplicateKeyError(
+                    f"{rows.shard}: a sample key is not unique: {key!r} appears at byte {earlier[key]} and"
+                    f" again at byte {offset}."
+                )
+            earlier[key] = offset
         return DuplicateKeyError(f"{rows.shard}: a sample key is not unique across the dataset.")
 
     def finish(self) -> None:

@@ -17,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from prep.errors import PrepError
 from prep.index.dataset_yaml import DatasetDefinition
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, INFO_JSON, SAMPLE_LOADER_PY, SPLIT_YAML
 from prep.index.media import MediaSummary, add_media_metadata
 from prep.index.meta import info_json_text, new_index_uuid, split_yaml_text
 from prep.index.rows import read_rows_file, write_rows_file, write_tar_index
 from prep.index.shard_list import shard_sort_key
-from prep.index.sqlite import SqliteIndexWriter
+from prep.index.sqlite import UNIQUE_KEYS, DuplicateKeyError, SqliteIndexWriter
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
 from prep.processes import worker_count
@@ -131,7 +132,13 @@ class DatasetBuild:
             for tar_file_id, shard in enumerate(shards):
                 rows = read_rows_file(shard.rows_path)
                 rows.tar_file_id = tar_file_id  # the shard's place is known only now
-                index.add_rows(rows)
+                try:
+                    index.add_rows(rows)
+                except DuplicateKeyError as error:  # the key stage refuses duplicates; this is the backstop
+                    raise PrepError(
+                        f"{error.places} {UNIQUE_KEYS} Give the samples distinct keys (their --key-column"
+                        " values, __key__ fields or file names)."
+                    ) from None
                 shard.rows_path.unlink()
             index.finish()
         described = None

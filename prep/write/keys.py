@@ -66,7 +66,16 @@ def key_problem(key: str) -> str | None:
 
 class SampleKeys:
     """The key stage of a write: each record's key, or Rejected. Remembers every key given by the input,
-    so a duplicate is refused (generated keys cannot collide with each other)."""
+    so a duplicate is refused, a given key included that is spelled as a generated one (generated keys
+    cannot collide with each other, and are told by their number, so they need no memory).
+
+    >>> keys = SampleKeys(key_field=None)
+    >>> keys.key_of(None, {}), keys.key_of("000000001", {})
+    ('000000000', '000000001')
+    >>> keys.key_of(None, {})
+    Traceback (most recent call last):
+    prep.write.keys.Rejected: the generated sample key '000000001' is already the key of an earlier sample (give every sample its own key, or none so that all are generated)
+    """
 
     def __init__(self, key_field: str | None) -> None:
         self.key_field = key_field
@@ -82,9 +91,29 @@ class SampleKeys:
             key = str(value)
         if key is None:
             self.generated += 1
-            return GENERATED_KEY % (self.generated - 1)
-        problem = key_problem(key) or (f"duplicate sample key {key!r}" if key in self.seen else None)
+            key = GENERATED_KEY % (self.generated - 1)
+            if key in self.seen:
+                raise Rejected(
+                    f"the generated sample key {key!r} is already the key of an earlier sample{_ADVICE}"
+                )
+            return key
+        problem = key_problem(key)
+        if problem is None and key in self.seen:
+            problem = f"duplicate sample key {key!r}"
+        elif problem is None and (number := _generated_number(key)) is not None and number < self.generated:
+            problem = f"sample key {key!r} is already the generated key of an earlier sample{_ADVICE}"
         if problem:
             raise Rejected(problem)
         self.seen.add(key)
         return key
+
+
+_ADVICE = " (give every sample its own key, or none so that all are generated)"
+
+
+def _generated_number(key: str) -> int | None:
+    """The number whose generated key `key` is, or None if no generated key is spelled so."""
+    if len(key) > 30 or not (key.isascii() and key.isdigit()):
+        return None
+    number = int(key)
+    return number if GENERATED_KEY % number == key else None

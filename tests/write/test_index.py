@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from prep.index.sqlite import DuplicateKeyError
+from prep.errors import PrepError
 from prep.tar.write import HeaderMaker
-from prep.write import write_dataset
+from prep.write import BadInputError, open_sources, write_dataset
 from prep.write.build import DatasetBuild
 from prep.write.shards import ShardLimits
 from tests.support.prepare import assert_same_index, run_energon_prepare, run_shardprep, twin
@@ -70,7 +70,7 @@ def test_index_equals_energon_prepare(tmp_path: Path) -> None:
 
 
 def test_a_key_in_two_shards_is_refused_naming_both_places(tmp_path: Path) -> None:
-    with pytest.raises(DuplicateKeyError) as refused:
+    with pytest.raises(PrepError) as refused:
         with DatasetBuild(
             tmp_path / "out", limits=ShardLimits(maxcount=10), pattern="shard-%06d.tar"
         ) as build:
@@ -81,8 +81,38 @@ def test_a_key_in_two_shards_is_refused_naming_both_places(tmp_path: Path) -> No
     message = str(refused.value)
     assert "'a' appears in train/shard-000000.tar at byte 0" in message
     assert "again in val/shard-000000.tar at byte 1024" in message  # after b's header and padded content
-    assert "unique across the dataset" in message and "--exclude" in message
+    assert "unique across the dataset" in message and "Give the samples distinct keys" in message
+    assert "--exclude" not in message and "--fix-duplicates" not in message  # prepare's advice, not write's
     assert not (tmp_path / "out" / "train").exists() and not list((tmp_path / "out").rglob("*.tar"))
+
+
+def test_a_key_twice_in_one_shard_is_refused_naming_the_key_and_both_offsets(tmp_path: Path) -> None:
+    with pytest.raises(
+        PrepError,
+        match=r"shard-000000.tar: a sample key is not unique: 'a' appears at byte 0"
+        r" and again at byte 2048\. energon needs every sample key to be unique",
+    ):
+        with DatasetBuild(tmp_path / "out", limits=ShardLimits(), pattern="shard-%06d.tar") as build:
+            for key in ("a", "b", "a"):
+                build.writer("train").write(key, [("txt", b"x")])
+            build.finish(["train"], None)
+
+
+def test_a_given_key_equal_to_a_generated_one_is_refused_where_it_is_made(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "000000000.txt").write_text("hi")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"a": 1}\n{"a": 2}\n')
+    with pytest.raises(
+        BadInputError, match=f"{rows}:1: the generated sample key '000000000' is already the key"
+    ):
+        write_dataset(open_sources([tmp_path / "folder", rows]), tmp_path / "out", maxcount=1)
+    with pytest.raises(
+        BadInputError, match=r"folder/000000000\.\*: sample key '000000000' is already the generated"
+    ):
+        write_dataset(open_sources([rows, tmp_path / "folder"]), tmp_path / "out")
+    summary = write_dataset(open_sources([tmp_path / "folder", rows]), tmp_path / "out", on_error="skip")
+    assert summary.samples == 2 and summary.rejects == 1
 
 
 def test_gnu_tar_and_tarfile_read_the_shards_unchanged(tmp_path: Path) -> None:
