@@ -195,7 +195,7 @@ class WriteRun:
             )
 
     # -- the sink ---------------------------------------------------------------------------------------
-    def add(self, key: str, group: object, split: str, parts: Parts, media: Parts) -> None:
+    def add(self, key: str, group: str, split: str, parts: Parts, media: Parts) -> None:
         """Write one sample (to the group spool first, when groups stay contiguous) and its media."""
         if media:
             self._write_media(key, media)

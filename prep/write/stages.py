@@ -25,7 +25,7 @@ class StagedRecord(NamedTuple):
     """A record ready for the sink: its key, its group and split, its parts and the media split off."""
 
     key: str
-    group: object
+    group: str
     split: str
     parts: Parts
     media: Parts

@@ -6,11 +6,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prep.write import write_dataset
-from prep.write.splits import split_for
+from prep.write import BadInputError, write_dataset
+from prep.write.splits import group_of, split_for
 from tests.support.write import split_shards, tar_samples
 
 RATIO = [("train", 6.0), ("val", 3.0), ("test", 1.0)]
@@ -89,3 +90,19 @@ def test_same_seed_writes_identical_shards(tmp_path: Path) -> None:
     files_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*.tar*"))
     assert files_a == files_b
     assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files_a)
+
+
+def test_list_and_object_groups_keep_together_contiguously(tmp_path: Path) -> None:
+    """A group value that is a list or an object (JSON) is one group per value, whatever its key order."""
+    values = [["u", 1], {"b": 2, "a": 1}, ["u", 2], {"a": 1, "b": 2}, ["u", 1], ["u", 2]]
+    rows = [{"__key__": f"k{i}", "txt": f"g{i}", "group": value} for i, value in enumerate(values)]
+    write_dataset(rows, tmp_path / "out", parts=["txt"], group_by="group", group_contiguous=True)
+    [(_, _, order)] = written_groups(tmp_path / "out")
+    assert order == ["g0", "g4", "g1", "g3", "g2", "g5"]
+    assert split_for(group_of(rows[1], "k1", "group"), RATIO, 0) == split_for('{"a": 1, "b": 2}', RATIO, 0)
+
+
+def test_a_group_value_that_has_no_json_form_is_rejected_by_record(tmp_path: Path) -> None:
+    rows = [{"txt": "a", "group": {1: "x", "y": 2}}]
+    with pytest.raises(BadInputError, match="<iterable>:1: the value of 'group' cannot be a group"):
+        write_dataset(rows, tmp_path / "out", parts=["txt"], group_by="group", group_contiguous=True)
