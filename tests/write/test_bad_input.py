@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -355,3 +356,21 @@ def test_a_csv_field_past_the_csv_modules_default_limit_is_written(tmp_path: Pat
     path.write_text("id,text\na,short\nb," + "x" * 200_000 + "\n")
     write_dataset(open_sources([path]), tmp_path / "out", key_column="id", parts=["text=txt"], resume=resume)
     assert load_parts(tmp_path / "out")["b"] == {"txt": b"x" * 200_000}
+
+
+def test_parallel_text_that_is_not_utf8_is_named_by_file_line_and_byte(tmp_path: Path) -> None:
+    (tmp_path / "src.txt").write_bytes(b"a\nb\nc\n")
+    (tmp_path / "tgt.txt").write_bytes(b"x\ny\nz \xe9t\xe9\n")
+    sources = [tmp_path / "src.txt", tmp_path / "tgt.txt"]
+    message = f"{tmp_path / 'tgt.txt'}:3: not UTF-8 text (invalid continuation byte at byte 6)"
+    with pytest.raises(BadInputError, match=re.escape(message)):
+        write_dataset(open_sources(sources, "parallel"), tmp_path / "out")
+    summary = write_dataset(open_sources(sources, "parallel"), tmp_path / "out", on_error="skip")
+    assert summary.samples == 2 and summary.rejects == 1
+    assert rejects(tmp_path / "out" / "rejects.jsonl") == [
+        {
+            "where": f"{tmp_path / 'tgt.txt'}:3",
+            "reason": message.partition(":3: ")[2],
+            "input": "z \ufffdt\ufffd",
+        }
+    ]

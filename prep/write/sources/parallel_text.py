@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.write.sources import Record, Reject, Source
+from prep.write.sources import Record, Reject, Source, text_start
 
 
 def alignment_problem(alignment: str, source: str, target: str) -> str | None:
@@ -54,8 +54,13 @@ class ParallelTextSource:
         return [cls(*paths)]
 
     def records(self) -> Iterator[Record | Reject]:
-        files = [open(path, encoding="utf-8-sig", newline="\n") for path in self.paths]  # noqa: SIM115
+        """One record per line number; a line that is not UTF-8 is a Reject naming its file, line and
+        byte offset (each file is decoded line by line, after its byte order mark)."""
+        starts = [text_start(path) for path in self.paths]
+        files = [open(path, "rb") for path in self.paths]  # noqa: SIM115
         try:
+            for file, start in zip(files, starts, strict=True):
+                file.seek(start)
             for number, lines in enumerate(itertools.zip_longest(*files), 1):
                 where = f"{self.name}:{number}"
                 if any(line is None for line in lines):
@@ -65,7 +70,20 @@ class ParallelTextSource:
                         f"{', '.join(ended)} ended before line {number}: the files are not line-aligned",
                     )
                     return
-                texts = [line.rstrip("\r\n") for line in lines]
+                texts, bad = [], None
+                for index, line in enumerate(lines):
+                    try:
+                        texts.append(line.decode("utf-8").rstrip("\r\n"))
+                    except UnicodeDecodeError as error:
+                        bad = bad or Reject(
+                            f"{self.paths[index]}:{number}",
+                            f"not UTF-8 text ({error.reason} at byte {starts[index] + error.start})",
+                            line.decode("utf-8", "replace").rstrip("\r\n"),
+                        )
+                    starts[index] += len(line)
+                if bad is not None:
+                    yield bad
+                    continue
                 fields = dict(zip(self.fields, texts, strict=True))
                 if "align" in fields:
                     problem = alignment_problem(fields["align"], fields["src"], fields["tgt"])
@@ -73,8 +91,6 @@ class ParallelTextSource:
                         yield Reject(f"{self.paths[2]}:{number}", f"alignment {problem}", fields["align"])
                         continue
                 yield Record(fields, where)
-        except UnicodeDecodeError as error:
-            raise PrepError(f"{self.name}: not UTF-8 text ({error.reason}).") from None
         finally:
             for file in files:
                 file.close()
