@@ -146,6 +146,8 @@ class WriteRun:
         self.rejects_path = options.rejects or out_dir / REJECTS_FILE
         self.rejects_file = None
         self.rejects = 0
+        #: `where: reason` of the first input rejected, for the message when nothing is left to write.
+        self.first_reject = ""
         self.samples = 0
         self.bytes = 0
         self.spool = (
@@ -167,6 +169,7 @@ class WriteRun:
                 " such input and list it in a rejects file."
             )
         if self.rejects_file is None:
+            self.first_reject = f"{where}: {reason}"
             self.rejects_file = open(self.staging.temp_path(self.rejects_path), "w", encoding="utf-8")  # noqa: SIM115
         self.rejects_file.write(
             json.dumps({"where": where, "reason": reason, "input": text}, ensure_ascii=False) + "\n"
@@ -247,10 +250,18 @@ class WriteRun:
         self.spool = None
 
     # -- the end ----------------------------------------------------------------------------------------
-    def finish(self, definition: DatasetDefinition) -> None:
-        """Write every index into staging (nothing is in place yet)."""
+    def finish(self, definition: DatasetDefinition, sources: list[Source]) -> None:
+        """Write every index into staging (nothing is in place yet); a PrepError naming the `sources` if
+        there is no sample, as energon refuses an empty dataset."""
         self.drain_groups()
         split_names = list(self.options.split_names)
+        if not self.samples:
+            names = ", ".join(source.name for source in sources)
+            rejected = f" ({self.rejects:,} rejected, the first {self.first_reject})" if self.rejects else ""
+            raise PrepError(
+                f"{names}: no sample to write{rejected}. energon cannot load an empty dataset, so nothing"
+                f" was written to {self.out_dir}. Check the SOURCE paths and their contents."
+            )
         media, workers = self.options.media_filter, self.options.num_workers
         described = [self.primary.finish(split_names, definition, media, workers)]
         if self.aux_build is not None:
@@ -355,7 +366,7 @@ def write(
                 else:
                     _write_records(run, sources)
             run.report()
-            run.finish(options.definition())
+            run.finish(options.definition(), sources)
             run.commit()
         if options.resume:
             Checkpoint(out_dir).remove()  # what an interrupted run kept is for a dataset now in place

@@ -374,3 +374,18 @@ def test_parallel_text_that_is_not_utf8_is_named_by_file_line_and_byte(tmp_path:
             "input": "z \ufffdt\ufffd",
         }
     ]
+
+
+def test_input_without_a_sample_fails_and_puts_nothing_in_place(tmp_path: Path) -> None:
+    """energon refuses an empty dataset (EmptyDatasetError): a write that has no sample to write says so."""
+    (tmp_path / "header.csv").write_text("id,text\n")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    for source in (tmp_path / "header.csv", tmp_path / "empty.jsonl"):
+        result = write(source, tmp_path / "out")
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert f"{source}: no sample to write. energon cannot load an empty dataset" in result.stderr
+        assert not (tmp_path / "out").exists()
+    bad = jsonl(tmp_path / "bad.jsonl", ["[1]", "nope"])
+    with pytest.raises(PrepError, match=rf"no sample to write \(2 rejected, the first {bad}:1: a JSON list"):
+        write_dataset(open_sources([bad]), tmp_path / "out", on_error="skip")
+    assert not (tmp_path / "out").exists()
