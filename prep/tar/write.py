@@ -73,7 +73,7 @@ class HeaderMaker:
         """Every header block of one member: a plain ustar header, or PAX + ustar when the name or size
         needs it."""
         raw = name.encode("utf-8")
-        if len(raw) <= _NAME_WIDTH and size <= MAX_OCTAL_SIZE and raw.isascii():
+        if _plain(raw, size):
             return self.ustar(raw, size)
         return self._extended(name, raw, size)
 
@@ -100,6 +100,24 @@ class HeaderMaker:
         data = b"".join(pax_record(key, value) for key, value in records)
         pax = self.ustar(PAX_HEADER_NAME, len(data), typeflag=b"x")
         return pax + data + ZERO_BLOCK[: -len(data) % BLOCK] + header
+
+
+def _plain(raw: bytes, size: int) -> bool:
+    """Whether a member of this name and size takes one plain ustar header block."""
+    return len(raw) <= _NAME_WIDTH and size <= MAX_OCTAL_SIZE and raw.isascii()
+
+
+_SIZER = HeaderMaker()
+
+
+def header_bytes(name: str, size: int) -> int:
+    """Bytes of the header blocks `HeaderMaker.member` makes for a member (a PAX header included).
+
+    >>> header_bytes("0001.txt", 5), header_bytes("k" * 200 + ".txt", 5)
+    (512, 1536)
+    """
+    raw = name.encode("utf-8")
+    return BLOCK if _plain(raw, size) else len(_SIZER.member(name, size))
 
 
 def _prefix_and_name(raw: bytes) -> tuple[bytes, bytes] | None:

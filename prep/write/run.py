@@ -239,7 +239,7 @@ class WriteRun:
         limits = self.options.limits
         for _, split, samples in self.spool.groups():
             writer = self.primary.writer(split, self.options.split_folder(split))
-            nbytes = sum(sample_tar_bytes(parts) for _, parts in samples)
+            nbytes = sum(sample_tar_bytes(key, parts) for key, parts in samples)
             if not writer.room_for(len(samples), nbytes):
                 writer.finish_shard()
             if not limits.fits(len(samples), nbytes):

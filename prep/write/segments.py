@@ -7,8 +7,8 @@
 A sample's bytes in a tar do not depend on where in the tar it is, so a worker can write the samples of
 its block (key, split and parts stages as `prep.write.run` runs them) into one *segment* per split: tar
 members without the end marker, with their index rows (`ShardRows`, offsets within the segment). What it
-hands back is small: per split, each sample's two sizes, the lower bound the shard writer rolls over by
-(`sample_tar_bytes`) and what it took. From those `ShardPlanner` cuts each split's samples into shards by
+hands back is small: per split, each sample's tar bytes, which are what the shard writer rolls over by
+(`sample_tar_bytes`). From those `ShardPlanner` cuts each split's samples into shards by
 `ShardLimits.room_for`, the writer's own rule, in input order, so the shards are those one process cuts.
 A shard is then a run of byte ranges of segments, copied into place with its rows moved by the range's
 offset: the same bytes, `.tar.idx` and rows as one process writes.
@@ -33,7 +33,7 @@ from prep.write.blocks import Block, block_records
 from prep.write.keys import Rejected, SampleKeys
 from prep.write.options import WriteOptions
 from prep.write.parts import media_files_read
-from prep.write.shards import ShardFile, ShardLimits, sample_tar_bytes
+from prep.write.shards import ShardFile, ShardLimits
 from prep.write.sources import Record, Reject, Source
 from prep.write.stages import stage_record
 
@@ -54,13 +54,11 @@ class EncodeJob:
 
 @dataclass
 class Segment:
-    """A block's samples of one split: the members' file, its rows file, and each sample's two sizes."""
+    """A block's samples of one split: the members' file, its rows file, and each sample's tar bytes."""
 
     path: str
     rows_path: str
-    #: Each sample's tar bytes as the rollover rule counts them beforehand (plain headers).
-    estimates: array = field(default_factory=lambda: array("q"))
-    #: Each sample's tar bytes as written (extended headers included).
+    #: Each sample's tar bytes as written (extended headers included): `sample_tar_bytes`.
     sizes: array = field(default_factory=lambda: array("q"))
 
 
@@ -129,7 +127,6 @@ def _encode_records(
             path = f"{job.folder}/segment-{job.number:06d}-{split}.tar"
             segment = done.segments[split] = Segment(path, path + ".rows")
             files[split] = ShardFile(Path(path), "segment", job.headers)
-        segment.estimates.append(sample_tar_bytes(parts))
         segment.sizes.append(files[split].write(key, parts))
         if done.keys is not None and done.wheres is not None:
             done.keys.append(key)
@@ -174,7 +171,7 @@ class ShardPlanner:
                 if shard is None:
                     shard = self.open[split] = PlannedShard(split)
                     self.shards.append(shard)
-                taken = self._most_that_fit(shard, segment.estimates, sizes, first, count)
+                taken = self._most_that_fit(shard, sizes, first, count)
                 if taken == 0:  # the next sample would not fit: it starts the next shard
                     del self.open[split]
                     continue
@@ -183,16 +180,15 @@ class ShardPlanner:
                 shard.nbytes += sizes[first + taken] - sizes[first]
                 first += taken
 
-    def _most_that_fit(
-        self, shard: PlannedShard, estimates: array, sizes: list[int], first: int, count: int
-    ) -> int:
+    def _most_that_fit(self, shard: PlannedShard, sizes: list[int], first: int, count: int) -> int:
         """How many of samples `first..count` the shard takes before one rolls it over. The k-th is
-        checked as the writer checks it, with the bytes written before it plus its own estimate; that
-        grows with k (a sample's estimate is at most its size), so bisection finds the last to go in."""
+        checked as the writer checks it, with the bytes written before it plus its own; that grows with
+        k, so bisection finds the last to go in."""
 
         def fits(taken: int) -> bool:  # whether the `taken`-th sample goes in
             before = shard.nbytes + sizes[first + taken - 1] - sizes[first]
-            return self.limits.room_for(shard.count + taken - 1, before, 1, estimates[first + taken - 1])
+            size = sizes[first + taken] - sizes[first + taken - 1]
+            return self.limits.room_for(shard.count + taken - 1, before, 1, size)
 
         low, high = 0, count - first
         while low < high:

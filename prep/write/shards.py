@@ -25,7 +25,7 @@ from pathlib import Path
 
 from prep.index.rows import ShardRows
 from prep.tar.fields import BLOCK, END_OF_ARCHIVE, ZERO_BLOCK, member_bytes
-from prep.tar.write import HeaderMaker
+from prep.tar.write import HeaderMaker, header_bytes
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,16 @@ class ShardLimits:
         return count == 0 or self.fits(count + samples, nbytes + more_bytes)
 
 
-def sample_tar_bytes(parts: list[tuple[str, bytes]]) -> int:
-    """Tar bytes one sample takes with plain ustar headers (a lower bound when PAX headers are needed)."""
-    return sum(member_bytes(len(data)) for _, data in parts)
+def sample_tar_bytes(key: str, parts: list[tuple[str, bytes]]) -> int:
+    """Tar bytes one sample takes as `ShardFile.write` writes it: each member's header blocks (PAX ones
+    included) and its padded data.
+
+    >>> sample_tar_bytes("a", [("txt", b"hi")]), sample_tar_bytes("k" * 200, [("txt", b"hi")])
+    (1024, 2048)
+    """
+    return sum(
+        member_bytes(len(data)) - BLOCK + header_bytes(f"{key}.{part}", len(data)) for part, data in parts
+    )
 
 
 class ShardFile:
@@ -199,7 +206,7 @@ class ShardWriter:
         """Write one sample, opening a new shard first if this one is full; returns the bytes written.
 
         `same_shard` keeps the sample in the open shard even past the limits (the rest of a group)."""
-        if not same_shard and not self.room_for(1, sample_tar_bytes(parts)):
+        if not same_shard and not self.room_for(1, sample_tar_bytes(key, parts)):
             self.finish_shard()
         current = self.current
         if current is None:

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prep.write import write_dataset
+from prep.write import open_sources, write_dataset
 from prep.write.sources.csv import CsvSource
 from prep.write.sources.folder import FolderSource
 from prep.write.sources.jsonl import JsonlSource
 from prep.write.sources.parallel_text import ParallelTextSource
 from prep.write.sources.parquet import ParquetSource
 from tests.support.prepare import run_shardprep
-from tests.support.write import DecodedTaskEncoder, load_parts
+from tests.support.write import DecodedTaskEncoder, load_parts, written
 
 ROWS = [
     {"id": i, "text": f"line {i} — ünïcode", "label": i % 3, "tags": ["a", "b"][: i % 3]} for i in range(23)
@@ -192,3 +192,30 @@ def test_field_map_dataset_yaml_loads_a_typed_sample(tmp_path: Path) -> None:
         tmp_path / "out", split_part="train", worker_config=worker_config, batch_size=None
     )
     assert [(s.__key__, s.text) for s in get_loader(dataset)] == [(f"k{i}", f"text {i}") for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"maxsize": 4096},
+        {"maxsize": 4096, "resume": True},
+        {"maxsize": 8000, "group_by": "g", "group_contiguous": True},
+    ],
+)
+def test_maxsize_holds_when_long_keys_need_pax_headers(tmp_path: Path, how: dict) -> None:
+    """A key over 100 bytes takes a PAX header block and its record (2,048 bytes a sample here, where a
+    plain header would take 1,024): --maxsize counts them, in one pass, in blocks and for groups."""
+    rows = tmp_path / "long.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"id": f"{'k' * 150}{n:03d}", "t": "x" * 300, "g": n // 2}) + "\n" for n in range(12)
+        )
+    )
+    options = {"key_column": "id", "parts": ["t=txt"], **how}
+    summary = write_dataset(open_sources([rows]), tmp_path / "out", **options)
+    sizes = [path.stat().st_size for path in (tmp_path / "out").glob("*.tar")]
+    assert summary.samples == 12 and len(sizes) == summary.shards > 1
+    assert max(sizes) <= how["maxsize"], sizes
+    if "resume" in how:
+        write_dataset(open_sources([rows]), tmp_path / "one", key_column="id", parts=["t=txt"], maxsize=4096)
+        assert written(tmp_path / "out") == written(tmp_path / "one")
