@@ -30,7 +30,7 @@ from typing import Any
 
 from prep.errors import PrepError
 from prep.write.sources import Record, Reject, Source, text_start
-from prep.write.sources.csv import CsvSource, csv_reader
+from prep.write.sources.csv import CsvSource, check_header, csv_reader
 from prep.write.sources.jsonl import JsonlSource, parse_lines
 from prep.write.sources.parquet import ParquetSource
 
@@ -177,6 +177,7 @@ def _csv_blocks(source: CsvSource, block_bytes: int) -> list[Block]:
         header_lines = reader.line_num
     if header is None:
         return []
+    check_header(header, source.name)
     cuts = _cuts(source.path, at[0], block_bytes, quoted=True)
     return [
         Block(

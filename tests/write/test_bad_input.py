@@ -389,3 +389,19 @@ def test_input_without_a_sample_fails_and_puts_nothing_in_place(tmp_path: Path) 
     with pytest.raises(PrepError, match=rf"no sample to write \(2 rejected, the first {bad}:1: a JSON list"):
         write_dataset(open_sources([bad]), tmp_path / "out", on_error="skip")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("header", "problem"),
+    [("id,text,text", "column 3 is named 'text' like column 2"), ("id,,text", "column 2 has no name")],
+)
+@pytest.mark.parametrize("resume", [False, True])
+def test_csv_header_with_a_name_twice_or_none_is_refused(
+    tmp_path: Path, header: str, problem: str, resume: bool
+) -> None:
+    """A row is a dict by column name: a second column of one name would silently replace the first."""
+    path = tmp_path / "dup.csv"
+    path.write_text(f"{header}\n1,a,b\n")
+    with pytest.raises(PrepError, match=re.escape(f"{path}:1: the header's {problem}.")):
+        write_dataset(open_sources([path]), tmp_path / "out", resume=resume)
+    assert not (tmp_path / "out").exists()

@@ -57,6 +57,21 @@ def csv_reader(lines: Iterable[str], delimiter: str) -> Any:
     return csv.reader(lines, delimiter=delimiter, strict=True)
 
 
+def check_header(header: list[str], name: str) -> None:
+    """A PrepError naming the file if a header name is empty or used twice (a row is a dict by name:
+    one of two same-named columns would silently be lost)."""
+    numbers: dict[str, int] = {}
+    for number, column in enumerate(header, 1):
+        if not column:
+            problem = f"column {number} has no name"
+        elif column in numbers:
+            problem = f"column {number} is named {column!r} like column {numbers[column]}"
+        else:
+            numbers[column] = number
+            continue
+        raise PrepError(f"{name}:1: the header's {problem}. Give every column its own name.")
+
+
 class CsvSource(FileSource):
     """Records from a CSV file, values as strings; a row with the wrong field count is a Reject."""
 
@@ -73,6 +88,7 @@ class CsvSource(FileSource):
                 header = next(reader, None)
                 if header is None:
                     return
+                check_header(header, self.name)
                 yield from self.rows(reader, header, 0)
         except UnicodeDecodeError as error:  # its offset counts from the decoder's chunk, not the file
             offset, reason = first_bad_utf8(self.path)
