@@ -304,7 +304,13 @@ class WriteRun:
             _clear_old_contents(self.out_dir, keep)
         for build in builds:
             build.commit()
-        self.staging.commit()
+        try:
+            self.staging.commit()
+        except OSError as error:  # the datasets are in place; a file beside them is not
+            raise PrepError(
+                f"The dataset at {self.out_dir} is complete, but {error.filename2 or error.filename} could"
+                f" not be put in place ({error.strerror or error}). Fix that and run again with --overwrite."
+            ) from None
 
     def __enter__(self) -> WriteRun:
         return self
@@ -355,6 +361,8 @@ def write(
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
     _check_apart(sources, out_dir)
+    if options.rejects is not None:
+        _check_rejects_path(options.rejects)
     with plain_io_errors(out_dir, "write"), dataset_lock(out_dir, "write"):
         _check_out_dir(out_dir, options)
         with WriteRun(out_dir, options, progress) as run:
@@ -553,6 +561,19 @@ def _check_apart(sources: list[Source], out_dir: Path) -> None:
                     f"OUT_DIR {out_dir} is inside the folder SOURCE {path}, which would then hold the"
                     " dataset's own shards as samples. Give an OUT_DIR outside it."
                 )
+
+
+def _check_rejects_path(path: Path) -> None:
+    """A PrepError unless `--rejects` names a file that can be put in place (its folders are made as needed)."""
+    if path.is_dir():
+        raise PrepError(
+            f"--rejects {path} is a folder. Name a file for the rejects, e.g. {path / REJECTS_FILE}."
+        )
+    for folder in path.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise PrepError(f"--rejects {path}: {folder} is not a folder. Name a file in a folder.")
+            break
 
 
 def _holds_no_file(folder: Path) -> bool:

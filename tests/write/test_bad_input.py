@@ -405,3 +405,33 @@ def test_csv_header_with_a_name_twice_or_none_is_refused(
     with pytest.raises(PrepError, match=re.escape(f"{path}:1: the header's {problem}.")):
         write_dataset(open_sources([path]), tmp_path / "out", resume=resume)
     assert not (tmp_path / "out").exists()
+
+
+def test_rejects_naming_a_folder_is_refused_before_the_run(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "bad.jsonl", [GOOD, "[1]"])
+    (tmp_path / "rdir").mkdir()
+    result = write(source, tmp_path / "out", "--on-error", "skip", "--rejects", tmp_path / "rdir")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"--rejects {tmp_path / 'rdir'} is a folder" in result.stderr
+    assert not (tmp_path / "out").exists() and list((tmp_path / "rdir").iterdir()) == []
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PrepError, match=f"{tmp_path / 'file'} is not a folder"):
+        write_dataset(
+            open_sources([source]), tmp_path / "out", on_error="skip", rejects=tmp_path / "file" / "r"
+        )
+
+
+def test_a_rejects_file_that_cannot_be_put_in_place_is_a_plain_error(tmp_path: Path) -> None:
+    rejects_path = tmp_path / "rejects.jsonl"
+
+    def rows():  # the path becomes a folder during the run, after it was checked
+        yield ["not a dict"]
+        rejects_path.mkdir()
+        yield {"txt": "fine"}
+
+    with pytest.raises(
+        PrepError, match=f"The dataset at {tmp_path / 'out'} is complete, but {rejects_path} could"
+    ):
+        write_dataset(rows(), tmp_path / "out", on_error="skip", rejects=rejects_path)
+    assert load_parts(tmp_path / "out") == {"000000000": {"txt": b"fine"}}
+    assert not [path for path in tmp_path.rglob("*") if ".shardprep-" in path.name], "a staged file was left"
