@@ -11,6 +11,7 @@ shards its brace-expanded regex matches at their start (`--split-parts NAME:REGE
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from typing import NamedTuple
@@ -28,14 +29,21 @@ def parse_split_ratio(text: str) -> list[tuple[str, float]]:
 
     >>> parse_split_ratio("8,1,1")
     [('train', 8.0), ('val', 1.0), ('test', 1.0)]
+    >>> parse_split_ratio("inf,1,1")
+    Traceback (most recent call last):
+    prep.errors.PrepError: Invalid split ratio 'inf,1,1': give three finite non-negative numbers for train, val and test, e.g. "8,1,1" or "0.8,0.1,0.1".
     """
     try:
         values = [float(piece.strip()) for piece in text.split(",")]
     except ValueError:
         values = []
-    if len(values) != 3 or any(value < 0 for value in values) or sum(values) <= 0:
+    if (
+        len(values) != 3
+        or not all(math.isfinite(value) and value >= 0 for value in values)
+        or not 0 < sum(values) < math.inf
+    ):
         raise PrepError(
-            f"Invalid split ratio {text!r}: give three non-negative numbers for train, val and test,"
+            f"Invalid split ratio {text!r}: give three finite non-negative numbers for train, val and test,"
             ' e.g. "8,1,1" or "0.8,0.1,0.1".'
         )
     return list(zip(RATIO_SPLITS, values, strict=True))

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from prep.errors import PrepError
 from prep.write import BadInputError, write_dataset
 from prep.write.splits import group_of, split_for
 from tests.support.write import split_shards, tar_samples
@@ -106,3 +107,10 @@ def test_a_group_value_that_has_no_json_form_is_rejected_by_record(tmp_path: Pat
     rows = [{"txt": "a", "group": {1: "x", "y": 2}}]
     with pytest.raises(BadInputError, match="<iterable>:1: the value of 'group' cannot be a group"):
         write_dataset(rows, tmp_path / "out", parts=["txt"], group_by="group", group_contiguous=True)
+
+
+@pytest.mark.parametrize("ratio", ["inf,1,1", "nan,1,1", "1,nan,0", "1e308,1e308,1"])
+def test_a_split_ratio_that_is_not_finite_is_refused(tmp_path: Path, ratio: str) -> None:
+    with pytest.raises(PrepError, match=f"Invalid split ratio '{ratio}': give three finite non-negative"):
+        write_dataset([{"txt": "x"}], tmp_path / "out", split_ratio=ratio)
+    assert not (tmp_path / "out").exists()
