@@ -149,6 +149,19 @@ def sample_loader_template(sample_type: SampleType, parts: list[str]) -> str:
     return "\n".join(lines)
 
 
+def field_map_parts(field_map: dict[str, str]) -> dict[str, list[str]]:
+    """The parts each field of a field map is read from, as energon reads the map (`a,b`: the first of
+    parts a and b that a sample has; `json[text]`: a key inside part json).
+
+    >>> field_map_parts({"text": "txt,json[text]", "image": "jpg"})
+    {'text': ['txt', 'json'], 'image': ['jpg']}
+    """
+    return {
+        field: [option.partition("[")[0] for option in str(spec).split(",")]
+        for field, spec in field_map.items()
+    }
+
+
 def parse_field_map(text: str) -> dict[str, str]:
     """The --field-map JSON object, e.g. `{"image": "jpg", "caption": "txt"}`."""
     import json

@@ -16,6 +16,8 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from prep.codecs import EncodeError, codec_for, encoder_for, extension
+from prep.errors import PrepError
+from prep.index.dataset_yaml import field_map_parts
 from prep.index.format import AUX_PART
 from prep.write.keys import Rejected, path_problem
 from prep.write.options import WriteOptions
@@ -43,6 +45,35 @@ def record_parts(source: Source, record: Record, key: str, options: WriteOptions
     if not parts:
         raise Rejected("the record has no parts to write")
     return parts, media
+
+
+def parts_written(options: WriteOptions, sources: list[Source]) -> set[str] | None:
+    """The names of the parts the write gives its samples, where known before reading: from --part or
+    the sources' default parts; None when a source names them by its fields (folders, dicts)."""
+    if options.parts is not None:
+        names = {part for _, part in options.parts}
+    else:
+        names = set()
+        for source in sources:
+            mapping = source.default_parts
+            if mapping in ("json-line", "json-row"):
+                names.add("json")
+            elif isinstance(mapping, list):
+                names.update(part for _, part in mapping)
+            else:
+                return None
+    return names | {AUX_PART} if options.media else names
+
+
+def check_field_map(field_map: dict[str, str] | None, parts: set[str]) -> None:
+    """A PrepError if --field-map reads a field from parts that no sample has (energon would load none)."""
+    for field, names in field_map_parts(field_map or {}).items():
+        if not parts.intersection(names):
+            raise PrepError(
+                f"--field-map reads {field!r} from {field_map[field]!r} (part {' or '.join(names)}), but no"
+                f" sample has that part; the parts written are {', '.join(sorted(parts)) or 'none'}. Map"
+                " the field to one of them, or write the part with --part FIELD=PART."
+            )
 
 
 def _encode(part: str, value: object, record: Record, allow_pickle: bool) -> bytes:

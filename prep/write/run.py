@@ -55,7 +55,7 @@ from prep.write.build import DatasetBuild, ShardSlot
 from prep.write.jsonl_parallel import ShardDone, ShardJob, plan_shards, write_planned_shard
 from prep.write.keys import Rejected, SampleKeys, path_problem
 from prep.write.options import WriteOptions
-from prep.write.parts import Parts
+from prep.write.parts import Parts, check_field_map, parts_written
 from prep.write.polylithic import AUX_FOLDER, PRIMARY_FOLDER, metadataset_yaml
 from prep.write.resume import WriteCheckpoint
 from prep.write.shards import sample_tar_bytes
@@ -154,6 +154,8 @@ class WriteRun:
             GroupSpool(self.primary.staging.meta_file("groups.spool")) if options.group_contiguous else None
         )
         self.oversize_groups = 0
+        #: The part names written so far, kept only to check --field-map at the end (`finish`).
+        self.part_names: set[str] | None = None
         self.resumed: tuple[int, int, int, int] | None = None
         self._stage_started = self.started
         #: (path relative to the aux folder, size) of each media file written there, for its media index.
@@ -200,6 +202,8 @@ class WriteRun:
     # -- the sink ---------------------------------------------------------------------------------------
     def add(self, key: str, group: str, split: str, parts: Parts, media: Parts) -> None:
         """Write one sample (to the group spool first, when groups stay contiguous) and its media."""
+        if self.part_names is not None:
+            self.part_names.update(part for part, _ in parts)
         if media:
             self._write_media(key, media)
         if self.spool is not None:
@@ -262,6 +266,8 @@ class WriteRun:
                 f"{names}: no sample to write{rejected}. energon cannot load an empty dataset, so nothing"
                 f" was written to {self.out_dir}. Check the SOURCE paths and their contents."
             )
+        if self.part_names is not None:
+            check_field_map(self.options.field_map, self.part_names)
         media, workers = self.options.media_filter, self.options.num_workers
         described = [self.primary.finish(split_names, definition, media, workers)]
         if self.aux_build is not None:
@@ -363,9 +369,14 @@ def write(
     _check_apart(sources, out_dir)
     if options.rejects is not None:
         _check_rejects_path(options.rejects)
+    parts = parts_written(options, sources)
+    if options.field_map and parts is not None:
+        check_field_map(options.field_map, parts)
     with plain_io_errors(out_dir, "write"), dataset_lock(out_dir, "write"):
         _check_out_dir(out_dir, options)
         with WriteRun(out_dir, options, progress) as run:
+            if options.field_map and parts is None:
+                run.part_names = set()  # the parts are known once written: --field-map is checked then
             if options.resume:
                 _write_in_blocks(run, sources)
             elif not _write_jsonl_in_parallel(run, sources):

@@ -435,3 +435,18 @@ def test_a_rejects_file_that_cannot_be_put_in_place_is_a_plain_error(tmp_path: P
         write_dataset(rows(), tmp_path / "out", on_error="skip", rejects=rejects_path)
     assert load_parts(tmp_path / "out") == {"000000000": {"txt": b"fine"}}
     assert not [path for path in tmp_path.rglob("*") if ".shardprep-" in path.name], "a staged file was left"
+
+
+def test_field_map_reading_a_part_no_sample_has_is_refused(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "r.jsonl", ['{"text": "a"}', '{"text": "b"}'])
+    flags = ["--sample-type", "TextSample", "--field-map", '{"text": "txt"}']
+    result = write(source, tmp_path / "out", *flags)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "--field-map reads 'text' from 'txt' (part txt), but no sample has that part" in result.stderr
+    assert "the parts written are json" in result.stderr and not (tmp_path / "out").exists()
+    options = {"sample_type": "TextSample", "field_map": '{"text": "txt,json[text]"}'}
+    assert write_dataset(open_sources([source]), tmp_path / "out", **options).samples == 2  # json is one
+    with pytest.raises(PrepError, match="but no sample has that part; the parts written are json, txt"):
+        rows = [{"txt": "a"}, {"json": {"t": 1}}]  # by-name: known once written
+        write_dataset(rows, tmp_path / "dicts", sample_type="TextSample", field_map='{"text": "text"}')
+    assert not (tmp_path / "dicts").exists()
