@@ -122,11 +122,14 @@ def _encoded_parts(source: Source, record: Record, fields: dict, options: WriteO
     if mapping == "json-row":
         return [("json", _encode("json", fields, record, allow_pickle))]
     if mapping == "by-name":
-        return [
-            (name, _encode(name, value, record, allow_pickle))
-            for name, value in fields.items()
-            if value is not None and not name.startswith("__")
-        ]
+        parts = []
+        for name, value in fields.items():
+            if value is None or name.startswith("__"):
+                continue
+            if "/" in name:  # `key.a/b` would be member `b` of folder `key.a` to energon: the part is lost
+                raise EncodeError(f"field {name!r} has a slash, which a part name may not have")
+            parts.append((name, _encode(name, value, record, allow_pickle)))
+        return parts
     parts = []
     for column, part in mapping:
         if column not in fields:

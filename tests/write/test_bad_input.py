@@ -450,3 +450,14 @@ def test_field_map_reading_a_part_no_sample_has_is_refused(tmp_path: Path) -> No
         rows = [{"txt": "a"}, {"json": {"t": 1}}]  # by-name: known once written
         write_dataset(rows, tmp_path / "dicts", sample_type="TextSample", field_map='{"text": "text"}')
     assert not (tmp_path / "dicts").exists()
+
+
+def test_a_dict_field_with_a_slash_in_its_name_is_rejected_not_lost(tmp_path: Path) -> None:
+    """Member `k1.a/b` is to energon a file `b` in folder `k1.a`: the part would silently not load."""
+    rows = [{"__key__": "k1", "a/b": "x", "txt": "hi"}, {"__key__": "k2", "txt": "ok"}]
+    with pytest.raises(
+        BadInputError, match="<iterable>:1: field 'a/b' has a slash, which a part name may not"
+    ):
+        write_dataset(rows, tmp_path / "out")
+    assert write_dataset(rows, tmp_path / "out", on_error="skip").samples == 1
+    assert load_parts(tmp_path / "out") == {"k2": {"txt": b"ok"}}
