@@ -7,8 +7,10 @@ command prints one "mounted at" line and returns.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,10 +19,20 @@ from prep.errors import PrepError
 from prep.mount.device import mounted_here, server_gone, unmount
 from prep.mount.tree import View
 
+if TYPE_CHECKING:
+    from prep.index.dataset import PreparedDataset
+
 READY_PREFIX = "mounted at "
 
 
-def _check_mountpoint(mountpoint: Path) -> None:
+def _check_mountpoint(mountpoint: Path, dataset: PreparedDataset) -> None:
+    over = _dataset_file_below(mountpoint, dataset)
+    if over is not None:
+        raise PrepError(
+            f"The mount point {mountpoint} holds files of the dataset it would serve ({over}): the mount would"
+            " hide them from its own server, which would then wait on itself. Mount it outside the dataset's"
+            f" folders, e.g. at {dataset.root.parent / (dataset.root.name + '-mount')}."
+        )
     if mounted_here(str(mountpoint)) is not None:
         gone = " whose server has died (every access fails: the connection to it is gone)"
         raise PrepError(
@@ -32,6 +44,18 @@ def _check_mountpoint(mountpoint: Path) -> None:
             f"The mount point {mountpoint} is a file; give an empty folder (or a path to create)."
         )
     mountpoint.mkdir(parents=True, exist_ok=True)
+
+
+def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | None:
+    """A file the mount of `dataset` reads (its index, a shard) at or below `mountpoint`, links followed;
+    None if there is none."""
+    top = os.path.realpath(mountpoint)
+    read = [dataset.meta, *(dataset.shard_path(shard) for shard in dataset.shards)]
+    for path in read:
+        real = os.path.realpath(path)
+        if os.path.commonpath([top, real]) == top:
+            return str(path)
+    return None
 
 
 @click.command("mount")
@@ -67,7 +91,7 @@ def mount_command(
     dataset, mountpoint = dataset.absolute(), mountpoint.absolute()
     tree = MountTree(PreparedDataset(dataset), View(view), split)
     tree.index.check()
-    _check_mountpoint(mountpoint)
+    _check_mountpoint(mountpoint, tree.dataset)
     if not (foreground or debug):
         pid = serve_in_background(tree, str(mountpoint))
         click.echo(f"{READY_PREFIX}{mountpoint} (pid {pid}); unmount with `shardprep umount {mountpoint}`.")

@@ -60,8 +60,9 @@ def serve(
 
     `on_ready` runs once the kernel has started the session, before anything else is answered.
     """
+    owner = _owner(tree)  # before mounting: nothing under the mount point may be read once it is there
     device = _mount(tree, mountpoint)
-    _run(FuseSession(device, tree, _owner(tree), trace=trace), mountpoint, on_ready)
+    _run(FuseSession(device, tree, owner, trace=trace), mountpoint, on_ready)
 
 
 def serve_in_background(tree: MountTree, mountpoint: str) -> int:
@@ -70,6 +71,7 @@ def serve_in_background(tree: MountTree, mountpoint: str) -> int:
     Returns once the child has answered the kernel's first request, so the mount is usable; if the
     child fails before that, the mount is undone and the reason raised here.
     """
+    owner = _owner(tree)
     device = _mount(tree, mountpoint)
     ready_read, ready_write = os.pipe()
     sys.stdout.flush()
@@ -89,7 +91,7 @@ def serve_in_background(tree: MountTree, mountpoint: str) -> int:
                 os.write(ready_write, b"1")
                 os.close(ready_write)
 
-            _run(FuseSession(device, tree, _owner(tree)), mountpoint, ready)
+            _run(FuseSession(device, tree, owner), mountpoint, ready)
         finally:
             os._exit(0)
     os.close(ready_write)

@@ -22,6 +22,7 @@ reader of whole shards) the next SAMPLES_AHEAD samples come in the same query.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -332,7 +333,10 @@ class MountTree:
         location = self.location(node)
         if location is None:
             raise FileNotFoundError(node)
-        return self.dataset.read_part(location, offset, size)
+        try:
+            return self.dataset.read_part(location, offset, size)
+        except FileNotFoundError as error:
+            raise _shard_gone(error) from None
 
     def read_cached(self, node: int, offset: int, into: memoryview) -> memoryview:
         """`read` into `into` from the page cache only (the filled front of it); BlockingIOError if the
@@ -340,9 +344,18 @@ class MountTree:
         location = self.location(node)
         if location is None:
             raise FileNotFoundError(node)
-        return self.dataset.read_part_cached(location, offset, into)
+        try:
+            return self.dataset.read_part_cached(location, offset, into)
+        except FileNotFoundError as error:
+            raise _shard_gone(error) from None
 
     def close(self) -> None:
         """Close every thread's connection and the dataset's shard files."""
         self.index.close()
         self.dataset.close()
+
+
+def _shard_gone(error: FileNotFoundError) -> OSError:
+    """A listed file whose shard is missing: an I/O error (the file is there, its bytes are not), not
+    "no such file"."""
+    return OSError(errno.EIO, f"its shard is missing: {error.filename}")

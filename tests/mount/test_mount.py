@@ -220,6 +220,38 @@ def test_mounting_onto_a_mount_point_in_use_is_refused(base, tmp_path):
     assert result.returncode != 0 and "already a mount point" in result.stderr
 
 
+@pytest.mark.parametrize("where", ["the dataset", "a folder above it"])
+def test_a_mount_point_over_the_dataset_is_refused_before_mounting(base, tmp_path, where):
+    """The mount would hide the index and shards its own server reads: it would wait on itself for ever."""
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "above" / "dataset")
+    mountpoint = dataset if where == "the dataset" else dataset.parent
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint)],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        unmount_quietly(mountpoint)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"The mount point {mountpoint} holds files of the dataset it would serve" in result.stderr
+    assert not os.path.ismount(mountpoint)
+
+
+def test_a_part_whose_shard_went_missing_is_an_io_error_not_a_missing_file(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    expected = expected_files(dataset, "flat")
+    first = sorted(dataset.glob("*.tar"))[0]
+    with tarfile.open(first) as tar:
+        name = next(member.name for member in tar if member.isfile())
+    first.unlink()
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        path = mounted.mountpoint / name
+        assert path.stat().st_size == len(expected[name])  # listed from the index
+        with pytest.raises(OSError) as raised:
+            path.read_bytes()
+        assert raised.value.errno == errno.EIO
+
+
 @pytest.fixture(scope="module")
 def many_samples(base) -> Path:
     """3,000 samples of two parts in three shards: every view's listing takes many kernel requests."""
