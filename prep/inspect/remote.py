@@ -66,8 +66,13 @@ def remote_mirror(
     """(mirror folder, store) of the prepared dataset at `address`, its shards filled as `fill` says."""
     store = store or open_store(require_address(address))
     with scratch_folder(tmp_path, "mirror") as root:
-        _mirror(store, root, fill)
-        yield root, store
+        try:
+            _mirror(store, root, fill)
+            yield root, store
+        except PrepError as error:  # named by the address, not the mirror (gone when the user reads it)
+            if str(root) not in str(error):
+                raise
+            raise PrepError(str(error).replace(str(root), str(store.address))) from None
 
 
 def _mirror(store: ObjectStore, root: Path, fill: str) -> None:

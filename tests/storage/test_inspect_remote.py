@@ -71,3 +71,18 @@ def test_verify_names_a_damaged_header_in_the_bucket_as_locally(s3, prepared, tm
     assert remote.stdout.replace(address, "ROOT") == here.stdout.replace(str(local), "ROOT")
     assert "big-000.tar" in remote.stdout
     shutil.rmtree(local)
+
+
+@pytest.mark.parametrize("missing", [".nv-meta/.info.json", ".nv-meta/index.sqlite"])
+def test_errors_about_a_bucket_dataset_name_its_address_not_the_local_mirror(s3, prepared, missing):
+    local, address = prepared
+    bucket = address.split("/")[2]
+    s3.client().delete_object(Bucket=bucket, Key=f"ds/{missing}")
+    for command in ("info", "verify", "preview"):
+        result = run_shardprep(command, address)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "shardprep-mirror" not in result.stderr, result.stderr
+        if missing.endswith(".info.json"):
+            assert f"{address} has not been prepared" in result.stderr
+        elif command != "verify":  # (verify names it among its problems)
+            assert f"{address}/{missing} is missing" in result.stderr
