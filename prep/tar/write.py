@@ -102,9 +102,10 @@ class HeaderMaker:
         return pax + data + ZERO_BLOCK[: -len(data) % BLOCK] + header
 
 
-def _plain(raw: bytes, size: int) -> bool:
-    """Whether a member of this name and size takes one plain ustar header block."""
-    return len(raw) <= _NAME_WIDTH and size <= MAX_OCTAL_SIZE and raw.isascii()
+def _plain(name: str | bytes, size: int) -> bool:
+    """Whether a member of this name (text, or its UTF-8 bytes) and size takes one plain ustar header
+    block. (An ASCII name's length is that of its bytes, so the text need not be encoded.)"""
+    return name.isascii() and len(name) <= _NAME_WIDTH and size <= MAX_OCTAL_SIZE
 
 
 _SIZER = HeaderMaker()
@@ -116,8 +117,7 @@ def header_bytes(name: str, size: int) -> int:
     >>> header_bytes("0001.txt", 5), header_bytes("k" * 200 + ".txt", 5)
     (512, 1536)
     """
-    raw = name.encode("utf-8")
-    return BLOCK if _plain(raw, size) else len(_SIZER.member(name, size))
+    return BLOCK if _plain(name, size) else len(_SIZER.member(name, size))
 
 
 def _prefix_and_name(raw: bytes) -> tuple[bytes, bytes] | None:

@@ -57,9 +57,11 @@ def sample_tar_bytes(key: str, parts: list[tuple[str, bytes]]) -> int:
     >>> sample_tar_bytes("a", [("txt", b"hi")]), sample_tar_bytes("k" * 200, [("txt", b"hi")])
     (1024, 2048)
     """
-    return sum(
-        member_bytes(len(data)) - BLOCK + header_bytes(f"{key}.{part}", len(data)) for part, data in parts
-    )
+    total = 0
+    for part, data in parts:
+        size = len(data)
+        total += member_bytes(size) - BLOCK + header_bytes(f"{key}.{part}", size)
+    return total
 
 
 class ShardFile:
