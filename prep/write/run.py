@@ -366,7 +366,7 @@ def write(
     """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
-    _check_apart(sources, out_dir)
+    _check_apart(sources, out_dir, options.rejects)
     if options.rejects is not None:
         _check_rejects_path(options.rejects)
     parts = parts_written(options, sources)
@@ -555,13 +555,20 @@ def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
         )
 
 
-def _check_apart(sources: list[Source], out_dir: Path) -> None:
-    """A PrepError if a source lies in OUT_DIR (an --overwrite would delete it once read) or OUT_DIR lies
-    in a folder source (the run would read its own output), links followed."""
+def _check_apart(sources: list[Source], out_dir: Path, rejects: Path | None = None) -> None:
+    """A PrepError if a source lies in OUT_DIR (an --overwrite would delete it once read), OUT_DIR lies in
+    a folder source (the run would read its own output) or --rejects names a source (the run would
+    replace it), links followed."""
     out = out_dir.resolve()
+    rejected = rejects.resolve() if rejects is not None else None
     for source in sources:
         for path in getattr(source, "paths", ()):
             resolved = Path(path).resolve()
+            if rejected is not None and (rejected == resolved or rejected.is_relative_to(resolved)):
+                raise PrepError(
+                    f"--rejects {rejects} is SOURCE {path}{'' if rejected == resolved else ' or inside it'},"
+                    " which the run would replace or read. Name a file apart from the sources."
+                )
             if resolved.is_relative_to(out):
                 raise PrepError(
                     f"SOURCE {path} is inside OUT_DIR {out_dir}, whose contents a write replaces. Give an"

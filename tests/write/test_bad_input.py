@@ -254,6 +254,15 @@ def test_overwrite_never_deletes_a_source_inside_out_dir(tmp_path: Path) -> None
     assert files_under(data) == ["0001.txt", "rows.jsonl"]
 
 
+def test_rejects_naming_a_source_is_refused_before_it_is_replaced(tmp_path: Path) -> None:
+    source = jsonl(tmp_path / "rows.jsonl", [GOOD])
+    before = source.read_bytes()
+    result = write(source, tmp_path / "out", "--on-error", "skip", "--rejects", str(source))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"--rejects {source} is SOURCE {source}, which the run would replace" in result.stderr
+    assert source.read_bytes() == before and not (tmp_path / "out").exists()
+
+
 def test_folder_source_does_not_take_an_earlier_written_dataset_as_samples(tmp_path: Path) -> None:
     images = tmp_path / "images"
     images.mkdir()
