@@ -30,6 +30,7 @@ import importlib.util
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -55,6 +56,8 @@ CHUNKS_PER_CPU = 2
 MAX_CHUNK = 16
 #: Seconds to wait for a cancelled chunk to end when a run stops early.
 STOP_TIMEOUT = 30.0
+#: Seconds a cluster's address has to answer a TCP connection before the run gives up on it.
+CONNECT_TIMEOUT = 5.0
 
 
 def _missing() -> PrepError:
@@ -146,6 +149,37 @@ class _Watcher:
         os.waitpid(self.pid, 0)
 
 
+def _keep_handler(signum: int, handler: Any) -> None:
+    """Put `handler` back for `signum` (Ray's init and shutdown replace or reset it), from the main thread."""
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signum, handler)
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """A PrepError unless a Ray cluster's `host:port` (or `ray://host:port`) answers a TCP connection
+    within `timeout` seconds: ray.init would otherwise wait on it for minutes. "auto" and "local" are
+    Ray's own to resolve.
+
+    >>> check_reachable("auto")
+    >>> check_reachable("127.0.0.1:1", timeout=1)
+    Traceback (most recent call last):
+    prep.errors.PrepError: Could not reach the Ray cluster at 127.0.0.1:1 (Connection refused). Check --ray-address: the head node's address and GCS port (6379 unless `ray start --port` said otherwise), or `auto` on a node of the cluster.
+    """
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise PrepError(f"--ray-address {address!r} is not HOST:PORT (or ray://HOST:PORT, or auto).")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise PrepError(
+            f"Could not reach the Ray cluster at {address} ({error.strerror or error}). Check --ray-address:"
+            " the head node's address and GCS port (6379 unless `ray start --port` said otherwise), or"
+            " `auto` on a node of the cluster."
+        ) from None
+
+
 def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> list[Any]:
     """A Ray task: `function(*task)` for each task of the chunk, in order."""
     return [function(*task) for task in chunk]
@@ -176,12 +210,15 @@ class RayEngine:
     def __enter__(self) -> RayEngine:
         ray = self.ray
         if not ray.is_initialized():
+            if self.address is not None:
+                check_reachable(self.address)
             # ray.init makes SIGTERM exit at once, with a stack dump; keep the command's own handling
             # (SIGTERM unwinds like Ctrl-C, so what was staged is removed and the run says so).
             on_sigterm = signal.getsignal(signal.SIGTERM)
             try:
                 ray.init(
-                    address=self.address,
+                    # "local": a new instance for the run, even where a cluster runs (use it with "auto")
+                    address=self.address or "local",
                     num_cpus=self.workers if self.address is None else None,
                     include_dashboard=False,
                     logging_level=logging.WARNING,
@@ -190,9 +227,11 @@ class RayEngine:
             except (ConnectionError, RuntimeError, ValueError) as error:
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise PrepError(f"Could not start or reach {where}: {error}") from None
+            except BaseException:  # Ctrl-C while Ray starts: stop what it has started so far
+                self._stop_half_started()
+                raise
             self._started = True
-            if on_sigterm is not None and threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, on_sigterm)
+            _keep_handler(signal.SIGTERM, on_sigterm)
             if self.address is None and sys.platform.startswith("linux"):
                 self._watcher = _Watcher(_descendants(os.getpid()))
         self._remote = ray.remote(max_retries=0, retry_exceptions=False)(_run_chunk)  # retried here
@@ -207,11 +246,27 @@ class RayEngine:
 
     def _shut_down(self) -> None:
         if self._started:
+            on_sigterm = signal.getsignal(signal.SIGTERM)
             try:
                 self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
             finally:
+                _keep_handler(signal.SIGTERM, on_sigterm)  # shutdown resets it: SIGTERM must still unwind
                 if self._watcher is not None:
                     self._watcher.close()
+
+    def _stop_half_started(self) -> None:
+        """After ray.init was interrupted: shut down what it started, and kill what outlives that."""
+        left = _descendants(os.getpid()) if sys.platform.startswith("linux") else {}
+        try:
+            self.ray.shutdown()
+        except Exception:  # noqa: BLE001 - half started: whatever is left is killed below
+            pass
+        for pid, start in left.items():
+            if _process_start(pid) == start:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
     def cpus(self) -> int:
         """The CPUs of the cluster (at least 1)."""

@@ -14,6 +14,7 @@ import pytest
 
 from prep.engines.ray_cluster import RAY_EXTRA, RETRIES, RayEngine, _descendants, _process_start, import_ray
 from prep.errors import PrepError
+from tests.support.prepare import run_shardprep
 from tests.support.ray import local_ray
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,6 +163,45 @@ def test_sigterm_unwinds_the_driver_like_ctrl_c_and_stops_the_local_instance(
     assert driver.returncode == 0 and out == "interrupted\n", err
     assert "SIGTERM received" not in err, "Ray's own SIGTERM handler ran"
     assert not [pid for pid, start in started.items() if _process_start(pid) == start]
+
+
+SHUT_DOWN_DRIVER = """
+import signal
+from prep.engines.ray_cluster import RayEngine
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, interrupt)
+with RayEngine(workers=1) as engine:
+    print("ready", flush=True)
+caught = int(next(l for l in open("/proc/self/status") if l.startswith("SigCgt")).split()[1], 16)
+print("SIGTERM caught" if caught >> (signal.SIGTERM - 1) & 1 else "SIGTERM not caught", flush=True)
+"""
+
+
+def test_sigterm_still_unwinds_the_driver_after_the_instance_is_shut_down(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """ray.shutdown resets SIGTERM in the kernel to its default (kill at once), though Python's table still
+    names the command's handler: the rest of the run (the index written, put in place) would die mid-way."""
+    driver, _ = start_driver(SHUT_DOWN_DRIVER, tmp_path_factory)
+    out, err = driver.communicate(timeout=60)
+    assert out == "SIGTERM caught\n", err
+
+
+def test_an_unreachable_cluster_address_is_named_at_once(tmp_path: Path) -> None:
+    """ray.init waits minutes on an address nothing answers; the run checks it first."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
+    (tmp_path / "a.tar").write_bytes(bytes(1024))
+    started = time.monotonic()
+    result = run_shardprep(
+        "prepare", str(tmp_path), "--non-interactive", "--split-ratio", "1,0,0", "--crude",
+        "--engine", "ray", "--ray-address", "127.0.0.1:1",
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "Could not reach the Ray cluster at 127.0.0.1:1 (Connection refused)" in result.stderr
+    assert time.monotonic() - started < 30
 
 
 def refuse(number: int) -> int:
