@@ -373,7 +373,7 @@ class HeaderWalker:
                 self._release(released, pos - released)
                 released, release_at = pos - pos % mmap.PAGESIZE, pos + RELEASE_STRIDE
             if pos + BLOCK > size:
-                if pos == size and chain_start >= 0:
+                if pos >= size and chain_start >= 0:  # (an extended header's records may run past the end)
                     raise self._fail(
                         chain_start,
                         "an extended header is followed by the end of the shard instead of a member: it was"

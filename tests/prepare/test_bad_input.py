@@ -194,3 +194,13 @@ def test_a_folder_where_a_tar_idx_goes_is_named_before_any_work(prepared: Path) 
     fails_cleanly(
         prepared, f"{prepared / 'shard-001.tar.idx'} is a folder, where prepare writes the index file"
     )
+
+
+def test_a_shard_cut_inside_an_extended_headers_records_is_named_as_cut_short(prepared: Path) -> None:
+    """A PAX header's records run past the end of a cut shard: the message says so at the header, with
+    no offset past the end of the file."""
+    shard = prepared / "shard-003.tar"
+    write_tarfile(shard, [("k" * 120 + "/0.txt", b"x")], tarfile.PAX_FORMAT)
+    shard.write_bytes(shard.read_bytes()[:700])  # the PAX header block, and part of its records
+    message = fails_cleanly(prepared, "shard-003.tar at byte 0", "cut short")
+    assert "-" not in message.split("of its 512 bytes")[0][-6:], message
