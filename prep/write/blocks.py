@@ -203,11 +203,15 @@ def _parquet_blocks(source: ParquetSource, block_rows: int) -> list[Block]:
 
 
 def _source(block: Block) -> Any:
+    """The block's source, named as the user gave it (its path here is absolute, for other machines)."""
     if block.kind == "jsonl":
-        return JsonlSource(Path(block.path))
-    if block.kind == "csv":
-        return CsvSource(Path(block.path), block.delimiter)
-    return ParquetSource(Path(block.path), list(block.columns) if block.columns is not None else None)
+        source: Any = JsonlSource(Path(block.path))
+    elif block.kind == "csv":
+        source = CsvSource(Path(block.path), block.delimiter)
+    else:
+        source = ParquetSource(Path(block.path), list(block.columns) if block.columns is not None else None)
+    source.name = block.name
+    return source
 
 
 def _lines_until(file: Any, end: int) -> Iterator[bytes]:

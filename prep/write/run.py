@@ -538,8 +538,8 @@ def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
     run kept), or --overwrite is given."""
     ours = {LOCK_FILE, RESUME_DIR} if options.resume else {LOCK_FILE}
     others = [entry for entry in out_dir.iterdir() if entry.name not in ours]
-    if options.resume:  # a killed run's staged files are gone (`prep.index.lock`), their folders not
-        others = [entry for entry in others if not (entry.is_dir() and _holds_no_file(entry))]
+    # a killed run's staged files are gone (`prep.index.lock`), their folders (a split's) not
+    others = [entry for entry in others if not (entry.is_dir() and _holds_no_file(entry))]
     if others and not options.overwrite:
         kept = ""
         if (out_dir / RESUME_DIR).exists():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -470,3 +472,24 @@ def test_a_dict_field_with_a_slash_in_its_name_is_rejected_not_lost(tmp_path: Pa
         write_dataset(rows, tmp_path / "out")
     assert write_dataset(rows, tmp_path / "out", on_error="skip").samples == 1
     assert load_parts(tmp_path / "out") == {"k2": {"txt": b"ok"}}
+
+
+def test_a_csv_record_is_named_by_the_path_given_when_written_in_blocks(tmp_path: Path) -> None:
+    """--resume (and --engine ray) read a CSV in blocks, each with the file's absolute path: the message
+    still names it as the user gave it, as the one-process write does."""
+    (tmp_path / "bad.csv").write_text('id,text\n1,a\n2,"open\n3,b\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "write", "bad.csv", "out", "--key-column", "id", "--resume", "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Error: bad.csv:3: unreadable CSV" in result.stderr, result.stderr
+
+
+def test_a_rerun_after_a_killed_write_is_not_refused_for_its_empty_split_folders(tmp_path: Path) -> None:
+    """SIGKILL leaves the split folders a write made (their staged files go with the next run's lock)."""
+    source = jsonl(tmp_path / "rows.jsonl", [GOOD] * 20)
+    out = tmp_path / "out"
+    for split in ("train", "val", "test"):
+        (out / split).mkdir(parents=True)
+    result = write(source, out, "--split-ratio", "8,1,1")
+    assert result.returncode == 0, result.stderr
