@@ -6,6 +6,7 @@ python examples/demo/demo.py [--out DIR]
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def main() -> None:
         '{"text": "txt"}',
         "--no-progress",
     ]
-    print("   $ shardprep " + " ".join(command[3:]))
+    print("   $ shardprep " + shlex.join(command[3:]))
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     for name in sorted(p.name for p in (root / ".nv-meta").iterdir()):
         print(f"   .nv-meta/{name}")

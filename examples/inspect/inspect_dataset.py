@@ -74,7 +74,9 @@ def main() -> int:
             print(f"$ ls {mountpoint}/{first}\n" + "  ".join(sorted(os.listdir(mountpoint / first))))
             shardprep("umount", str(mountpoint))
         if plot.exists():
-            print(f"\n(the plot was written to {plot}; pass a folder of your own to keep it)")
+            print(
+                f"\n(the plot was written to {plot}, removed on exit; `shardprep info DATASET --plot FILE` keeps one)"
+            )
     return 0
 
 

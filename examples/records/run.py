@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -84,7 +85,7 @@ def shardprep_write(csv_path: Path, out: Path, group_by: str) -> None:
         "16",
         "--no-progress",
     ]
-    print("   $ shardprep write " + " ".join(command[4:]))
+    print("   $ shardprep write " + shlex.join(command[4:]))
     subprocess.run(command, check=True, cwd=REPO, capture_output=True, text=True)
 
 

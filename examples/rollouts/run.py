@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
         shards = work / "shards"
         command = ["write", str(jsonl), str(shards), "--maxcount", "100", "--overwrite", "--no-progress"]
-        print("$ shardprep " + " ".join(command))
+        print("$ shardprep " + shlex.join(command))
         done = subprocess.run(
             [sys.executable, "-m", "prep", *command], cwd=REPO, check=True, capture_output=True, text=True
         )

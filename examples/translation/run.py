@@ -10,6 +10,7 @@ Trains nothing: it runs the whole data path once and prints what a training step
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             "--overwrite",
             "--no-progress",
         ]
-        print("$ shardprep " + " ".join(command))
+        print("$ shardprep " + shlex.join(command))
         done = subprocess.run(
             [sys.executable, "-m", "prep", *command], cwd=REPO, check=True, capture_output=True, text=True
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,7 @@ def MonolithicTaskEncoder():  # noqa: ANN201, N802
 
 def shardprep(*args: str) -> None:
     command = [sys.executable, "-m", "prep", "write", *args, "--no-progress"]
-    print("   $ shardprep write " + " ".join(args))
+    print("   $ shardprep write " + shlex.join(args))
     output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO).stdout
     print("     " + output.strip().replace("\n", "\n     "))
 
