@@ -122,6 +122,16 @@ def _descendants(root: int) -> dict[int, str]:
     return found
 
 
+def _kill_left(processes: dict[int, str]) -> None:
+    """SIGKILL each of `processes` (pid -> start time) still alive; a pid since reused is left alone."""
+    for pid, start in processes.items():
+        if _process_start(pid) == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class _Watcher:
     """A forked process that outlives nothing: it waits for the driver to end (its pipe closes, however
     the driver ends) and then kills `processes` (pid -> start time) still alive, then exits."""
@@ -133,12 +143,7 @@ class _Watcher:
             try:
                 os.close(self._writing)
                 os.read(reading, 1)  # returns when every copy of the writing end is closed
-                for pid, start in processes.items():
-                    if _process_start(pid) == start:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
+                _kill_left(processes)
             finally:
                 os._exit(0)
         os.close(reading)
@@ -261,12 +266,7 @@ class RayEngine:
             self.ray.shutdown()
         except Exception:  # noqa: BLE001 - half started: whatever is left is killed below
             pass
-        for pid, start in left.items():
-            if _process_start(pid) == start:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        _kill_left(left)
 
     def cpus(self) -> int:
         """The CPUs of the cluster (at least 1)."""
