@@ -72,7 +72,12 @@ def remote_mirror(
         except PrepError as error:  # named by the address, not the mirror (gone when the user reads it)
             if str(root) not in str(error):
                 raise
-            raise PrepError(str(error).replace(str(root), str(store.address))) from None
+            raise PrepError(_named_by_address(str(error), root, store.address)) from None
+
+
+def _named_by_address(text: str, mirror: Path, address: object) -> str:
+    """`text` with the local mirror (gone when the user reads it) named by the address it stands for."""
+    return text.replace(str(mirror), str(address))
 
 
 def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
@@ -165,7 +170,7 @@ def verify_remote(
     report.root = address
 
     def named(problem: Problem) -> Problem:
-        return Problem(*(str(text).replace(str(mirror), address) for text in astuple(problem)))
+        return Problem(*(_named_by_address(str(text), mirror, address) for text in astuple(problem)))
 
     report.problems = [named(problem) for problem in report.problems]
     report.warnings = [named(problem) for problem in report.warnings]
