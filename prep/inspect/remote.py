@@ -49,10 +49,16 @@ class RemoteDataset(PreparedDataset):
     def __init__(self, root: Path, store: ObjectStore) -> None:
         super().__init__(root)
         self.store = store
+        #: Each mirrored shard's size as the bucket listed it (its sparse file's size): a shard replaced
+        #: by another object since is a StorageError when read, not bytes of the new object.
+        self.listed_sizes = {
+            shard: path.stat().st_size for shard in self.shards if (path := self.shard_path(shard)).is_file()
+        }
 
     def read_part(self, location: PartLocation, offset: int = 0, size: int | None = None) -> bytes:
         start, size = self._range(location, offset, size)
-        return self.store.read(self.shards[location.tar_file_id], start, size) if size else b""
+        shard = self.shards[location.tar_file_id]
+        return self.store.read(shard, start, size, self.listed_sizes.get(shard)) if size else b""
 
 
 @contextmanager

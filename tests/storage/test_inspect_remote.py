@@ -8,9 +8,10 @@ import shutil
 
 import pytest
 
-from prep.inspect.remote import verify_remote
+from prep.inspect.preview import first_samples
+from prep.inspect.remote import RemoteDataset, remote_mirror, verify_remote
 from prep.storage.address import parse_address
-from prep.storage.store import open_store
+from prep.storage.store import StorageError, open_store
 from tests.support.prepare import run_shardprep
 from tests.support.s3 import mixed_dataset
 
@@ -86,3 +87,16 @@ def test_errors_about_a_bucket_dataset_name_its_address_not_the_local_mirror(s3,
             assert f"{address} has not been prepared" in result.stderr
         elif command != "verify":  # (verify names it among its problems)
             assert f"{address}/{missing} is missing" in result.stderr
+
+
+def test_preview_of_a_shard_replaced_after_listing_says_so_instead_of_showing_the_new_bytes(s3, prepared):
+    _, address = prepared
+    bucket = parse_address(address).authority
+    with remote_mirror(address) as (mirror, store), RemoteDataset(mirror, store) as dataset:
+        sample = next(iter(first_samples(dataset, None, 1)))
+        shard = dataset.shards[sample.tar_file_id]
+        body = s3.client().get_object(Bucket=bucket, Key=f"ds/{shard}")["Body"].read()
+        s3.client().put_object(Bucket=bucket, Key=f"ds/{shard}", Body=body + bytes(10240))
+        _, location = next(iter(dataset.index.parts_of_sample(sample.tar_file_id, sample.index)))
+        with pytest.raises(StorageError, match="changed"):
+            dataset.read_part(location)
