@@ -11,6 +11,7 @@ write never see a string to interpret or an option to doubt.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,21 @@ ON_ERROR = ("stop", "skip")
 #: Where `--media-column` media go: files in a folder, or an indexed WebDataset.
 AUX_FORMATS = ("folder", "tar")
 DEFAULT_SHARD_PATTERN = "shard-%06d.tar"
+#: A printf-style conversion that writes a whole number out in full: digits and padding for every shard
+#: (not %c, which can give a slash, nor a precision on %s, which cuts numbers to the same name).
+NUMBER_CONVERSION = re.compile(r"%[-#0 +]*[0-9]*(?:(?:\.[0-9]+)?[hlL]?[diouxX]|s)")
+
+
+def formats_one_number(pattern: str) -> bool:
+    """Whether `pattern % n` names a shard by one whole number, whatever n is.
+
+    >>> formats_one_number("shard-%06d.tar"), formats_one_number("100%%-%x.tar")
+    (True, True)
+    >>> formats_one_number("s-%c.tar"), formats_one_number("s-%.1s.tar"), formats_one_number("%d-%d.tar")
+    (False, False, False)
+    """
+    rest = pattern.replace("%%", "")
+    return rest.count("%") == 1 and NUMBER_CONVERSION.search(rest) is not None
 
 
 @dataclass(frozen=True)
@@ -78,12 +94,11 @@ class WriteOptions:
             raise PrepError(f"--aux-format must be folder or tar, not {self.aux_format!r}.")
         if self.limits.maxcount < 1 or self.limits.maxsize < 1:
             raise PrepError("--maxcount and --maxsize must be positive.")
-        try:
-            self.shard_pattern % 0
-        except (TypeError, ValueError):
+        if not formats_one_number(self.shard_pattern):
             raise PrepError(
-                f"--shard-pattern {self.shard_pattern!r} needs one %d-style number, e.g. shard-%06d.tar."
-            ) from None
+                f"--shard-pattern {self.shard_pattern!r} needs one number, written as %d (or i, u, o, x, X, s):"
+                " %c can give a slash, and a cut %s one name for many shards. For example shard-%06d.tar."
+            )
         problem = path_problem(self.shard_pattern % 0)
         if problem is not None:
             raise PrepError(

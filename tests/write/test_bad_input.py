@@ -493,3 +493,13 @@ def test_a_rerun_after_a_killed_write_is_not_refused_for_its_empty_split_folders
         (out / split).mkdir(parents=True)
     result = write(source, out, "--split-ratio", "8,1,1")
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("pattern", ["s-%c.tar", "s-%.1s.tar", "s-%d-%d.tar", "s-%(n)d.tar", "s.tar"])
+def test_shard_pattern_that_could_name_two_shards_alike_or_leave_out_dir_is_refused(
+    tmp_path: Path, pattern: str
+) -> None:
+    # %c of shard 47 is "/", of shard 0 a NUL; %.1s names shards 1 and 10 alike
+    with pytest.raises(PrepError, match="needs one number"):
+        write_dataset([{"txt": "x"}], tmp_path / "out", shard_pattern=pattern)
+    assert list(tmp_path.iterdir()) == []
