@@ -481,10 +481,11 @@ class IndexReader:
 
     # -- whole columns ------------------------------------------------------------------------------------
     def columns(
-        self, table: str, integers: dict[str, str], text: str | None = None
+        self, table: str, integers: dict[str, str], text: str | None = None, *, null_is_error: bool = False
     ) -> tuple[dict[str, np.ndarray], TextColumn | None]:
         """Every row of `table` in storage (rowid) order: integer columns as int64 arrays (NULL reads as
-        0), named as `integers` maps names to columns, and the `text` column if one is named.
+        0, or is a PrepError counting such rows with `null_is_error`), named as `integers` maps names to
+        columns, and the `text` column if one is named.
 
         sqlite joins each column of a million rows at a time into one string, which numpy parses: far
         cheaper than a Python tuple per row. Raises PrepError, or sqlite3.Error, when a column holds
@@ -498,6 +499,7 @@ class IndexReader:
         aggregates = ", ".join(
             [f"group_concat(ifnull({name}, 0))" for name in integers.values()]
             + ([f"group_concat(ifnull({text}, ''), char(0))"] if text else [])
+            + ([f"total({name} IS NULL)" for name in integers.values()] if null_is_error else [])
         )
         db = self._db()
         chunks = []
@@ -513,6 +515,12 @@ class IndexReader:
         except sqlite3.OperationalError:  # a table without rowid: one query for all of it
             chunks = [db.execute(f"SELECT count(*), {aggregates} FROM {table}").fetchone()]
         chunks = [chunk for chunk in chunks if chunk[0]]
+        if null_is_error:
+            nulls = [sum(int(chunk[-len(integers) + i]) for chunk in chunks) for i in range(len(integers))]
+            chunks = [chunk[: -len(integers)] for chunk in chunks]
+            for column, count in zip(integers.values(), nulls, strict=True):
+                if count:
+                    raise PrepError(f"{count:,} row(s) of {table} have no {column} (NULL).")
         columns = {
             name: np.concatenate(
                 [np.zeros(0, np.int64)] + [parse_integers(chunk[1 + i], chunk[0], column) for chunk in chunks]

@@ -127,14 +127,14 @@ def _load_sqlite(dataset: PreparedDataset, deep: bool) -> tuple[dict, dict]:
     columns = {"tar": "tar_file_id", "index": "sample_index", "offset": "byte_offset"}
     if deep:
         columns["size"] = "byte_size"
-    samples = _group(*index.columns("samples", columns, "sample_key"), "key")
+    samples = _group(*index.columns("samples", columns, "sample_key", null_is_error=True), "key")
     columns = {
         "tar": "tar_file_id",
         "index": "sample_index",
         "offset": "content_byte_offset",
         "size": "content_byte_size",
     }
-    parts = _group(*index.columns("sample_parts", columns, "part_name"), "name")
+    parts = _group(*index.columns("sample_parts", columns, "part_name", null_is_error=True), "name")
     return samples, parts
 
 

@@ -257,6 +257,28 @@ def test_tar_index_disagreeing_with_sqlite_is_reported(base, tmp_path):
     assert problems[0].where == "shard-000.tar" and "disagree" in problems[0].what
 
 
+@pytest.mark.parametrize(
+    ("table", "column"), [("samples", "byte_offset"), ("sample_parts", "content_byte_offset")]
+)
+def test_index_rows_without_an_offset_are_named_as_null_not_read_as_offset_zero(
+    base, tmp_path, table, column
+):
+    dataset = damaged(base, tmp_path, "energon")
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        emptied = db.execute(
+            f"UPDATE {table} SET {column} = NULL WHERE tar_file_id = 1 AND sample_index IN (2, 3)"
+        ).rowcount
+        db.commit()
+    assert emptied >= 2
+    problems = problems_of(dataset)
+    assert [(p.where, p.what) for p in problems if "NULL" in p.what] == [
+        (
+            ".nv-meta/index.sqlite",
+            f"cannot be read: {emptied} row(s) of {table} have no {column} (NULL).",
+        )
+    ], problems
+
+
 def test_deep_check_reports_undecodable_content(base, tmp_path):
     dataset = damaged(base, tmp_path, "energon")
     shard = dataset / "shard-003.tar"
