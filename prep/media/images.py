@@ -4,7 +4,8 @@ energon opens every image part with Pillow and decodes it in full to learn four 
 the first bytes of the four common formats, which this module reads without a decoder:
 
 - JPEG: the markers up to the first start-of-frame (SOF); its precision, size and component count
-  (1 -> L, 3 -> RGB, 4 -> CMYK). A multi-picture file (APP2 "MP") is Pillow's MPO: handed to Pillow.
+  (1 -> L, 3 -> RGB, 4 -> CMYK). A multi-picture file (an APP2 segment starting "MPF\\0", as cameras
+  and Pillow write it) may be Pillow's MPO: handed to Pillow.
 - PNG: the IHDR chunk; bit depth and colour type -> Pillow's mode table.
 - GIF: the logical screen, the first frame's descriptor (it may widen the image) and which palette it
   uses: P, or L when the palette is the identity grey ramp (or there is none).
@@ -65,6 +66,8 @@ JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 JPEG_SOS = 0xDA
 JPEG_APP2 = 0xE2
+#: The identifier that starts an APP2 segment of the multi-picture format (Pillow's test for MPO).
+JPEG_MPF = b"MPF\x00"
 
 
 class MediaError(ValueError):
@@ -173,7 +176,7 @@ def _jpeg(read: ReadAt, size: int) -> ImageMetadata | None:
             return ImageMetadata(width, height, "JPEG", JPEG_MODES[layers])
         if code == JPEG_SOS:
             raise MediaError("the JPEG scan starts before any start-of-frame marker", position)
-        if code == JPEG_APP2 and read(position + 4, 3) == b"MP\x00":
+        if code == JPEG_APP2 and read(position + 4, 4) == JPEG_MPF:
             return pillow_metadata(read(0, size))
         if position + 2 + length > size:
             raise MediaError(f"the JPEG segment 0xff{code:02x} here runs past the end of the image", position)
@@ -181,7 +184,7 @@ def _jpeg(read: ReadAt, size: int) -> ImageMetadata | None:
 
 
 def _has_multi_picture(read: ReadAt, position: int, size: int) -> bool:
-    """Whether an APP2 "MP" segment follows the frame header before the scan (Pillow reads up to SOS)."""
+    """Whether an APP2 "MPF" segment follows the frame header before the scan (Pillow reads up to SOS)."""
     while position + 4 <= size:
         marker = read(position, 4)
         if len(marker) < 4 or marker[0] != 0xFF:
@@ -195,7 +198,7 @@ def _has_multi_picture(read: ReadAt, position: int, size: int) -> bool:
             continue
         if code == JPEG_SOS:
             return False
-        if code == JPEG_APP2 and read(position + 4, 3) == b"MP\x00":
+        if code == JPEG_APP2 and read(position + 4, 4) == JPEG_MPF:
             return True
         position += 2 + struct.unpack(">H", marker[2:])[0]
     return False

@@ -78,6 +78,12 @@ def test_a_jpeg_pillow_refuses_is_an_error_not_a_guess() -> None:
     assert raised.value.offset == sof + 4
 
 
+def test_a_multi_picture_jpeg_is_described_as_pillows_mpo() -> None:
+    data = IMAGES["two-pictures.jpg"]
+    assert b"MPF\0" in data
+    assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(20, 12, "MPO", "RGB")
+
+
 def test_bytes_pillow_does_not_recognise_are_not_an_image() -> None:
     assert image_metadata(from_bytes(b"plain text"), 10) is None
     assert image_metadata(from_bytes(b""), 0) is None

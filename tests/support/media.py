@@ -73,6 +73,9 @@ def images() -> dict[str, bytes]:
     )
     made["ramp.gif"] = encode(Image.linear_gradient("L").resize((16, 16)), "GIF", optimize=False)  # mode L
     made["wide-frame.gif"] = made["p33.gif"][:6] + (10).to_bytes(2, "little") + made["p33.gif"][8:]
+    made["two-pictures.jpg"] = encode(  # a multi-picture file, as stereo cameras write: Pillow's MPO
+        picture("RGB", (20, 12)), "MPO", save_all=True, append_images=[picture("RGB", (20, 12))]
+    )
     made["pixels.bmp"] = encode(picture("RGB", (9, 5)), "BMP")
     made["pixels.tiff"] = encode(picture("RGB", (9, 5)), "TIFF")
     made["png-named.jpg"] = made["rgba33.png"]
