@@ -3,8 +3,8 @@
 energon opens every image part with Pillow and decodes it in full to learn four facts; they are all in
 the first bytes of the four common formats, which this module reads without a decoder:
 
-- JPEG: the markers up to the first start-of-frame (SOF); its precision, size and component count
-  (1 -> L, 3 -> RGB, 4 -> CMYK). A multi-picture file (an APP2 segment starting "MPF\\0", as cameras
+- JPEG: the markers up to the first start-of-frame (SOF), stray bytes between segments skipped as
+  Pillow skips them; its precision, size and component count (1 -> L, 3 -> RGB, 4 -> CMYK). A multi-picture file (an APP2 segment starting "MPF\\0", as cameras
   and Pillow write it) may be Pillow's MPO: handed to Pillow.
 - PNG: the IHDR chunk; bit depth and colour type -> Pillow's mode table.
 - GIF: the logical screen, the first frame's descriptor (it may widen the image) and which palette it
@@ -66,6 +66,8 @@ JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 JPEG_SOS = 0xDA
 JPEG_APP2 = 0xE2
+#: Bytes read at a time while looking past stray bytes for the next JPEG marker.
+SKIP_BLOCK = 4096
 #: The identifier that starts an APP2 segment of the multi-picture format (Pillow's test for MPO).
 JPEG_MPF = b"MPF\x00"
 
@@ -154,11 +156,15 @@ def _jpeg(read: ReadAt, size: int) -> ImageMetadata | None:
     position = 2
     while True:
         marker = _need(read(position, 2), 2, "markers (no start-of-frame before the end)", position)
-        if marker[0] != 0xFF:
-            raise MediaError(f"expected a JPEG marker, found byte 0x{marker[0]:02x}", position)
+        if marker[0] != 0xFF:  # stray bytes between segments, which Pillow (and libjpeg) skip
+            position = _next_ff(read, position, size)
+            continue
         code = marker[1]
         if code == 0xFF:  # fill byte before a marker
             position += 1
+            continue
+        if code == 0x00:  # an escaped 0xff among stray bytes, skipped as Pillow does
+            position += 2
             continue
         if code in JPEG_STANDALONE:
             position += 2
@@ -187,11 +193,14 @@ def _has_multi_picture(read: ReadAt, position: int, size: int) -> bool:
     """Whether an APP2 "MPF" segment follows the frame header before the scan (Pillow reads up to SOS)."""
     while position + 4 <= size:
         marker = read(position, 4)
-        if len(marker) < 4 or marker[0] != 0xFF:
+        if len(marker) < 4:
             return False
+        if marker[0] != 0xFF:
+            position = _next_ff(read, position, size)
+            continue
         code = marker[1]
-        if code == 0xFF:
-            position += 1
+        if code == 0xFF or code == 0x00:
+            position += 1 if code else 2
             continue
         if code in JPEG_STANDALONE:
             position += 2
@@ -202,6 +211,19 @@ def _has_multi_picture(read: ReadAt, position: int, size: int) -> bool:
             return True
         position += 2 + struct.unpack(">H", marker[2:])[0]
     return False
+
+
+def _next_ff(read: ReadAt, position: int, size: int) -> int:
+    """Where the next 0xff byte from `position` is (or `size`): Pillow skips the bytes before it."""
+    while position < size:
+        block = read(position, SKIP_BLOCK)
+        found = block.find(b"\xff")
+        if found >= 0:
+            return position + found
+        if not block:
+            break
+        position += len(block)
+    return size
 
 
 def _png(head: bytes) -> ImageMetadata:

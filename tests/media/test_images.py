@@ -84,6 +84,11 @@ def test_a_multi_picture_jpeg_is_described_as_pillows_mpo() -> None:
     assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(20, 12, "MPO", "RGB")
 
 
+def test_stray_bytes_between_jpeg_segments_are_skipped_as_pillow_skips_them() -> None:
+    data = IMAGES["stray-bytes.jpg"]
+    assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(33, 17, "JPEG", "RGB")
+
+
 def test_bytes_pillow_does_not_recognise_are_not_an_image() -> None:
     assert image_metadata(from_bytes(b"plain text"), 10) is None
     assert image_metadata(from_bytes(b""), 0) is None

@@ -76,12 +76,20 @@ def images() -> dict[str, bytes]:
     made["two-pictures.jpg"] = encode(  # a multi-picture file, as stereo cameras write: Pillow's MPO
         picture("RGB", (20, 12)), "MPO", save_all=True, append_images=[picture("RGB", (20, 12))]
     )
+    made["stray-bytes.jpg"] = _stray_bytes_after_app0(made["rgb33.jpg"])
     made["pixels.bmp"] = encode(picture("RGB", (9, 5)), "BMP")
     made["pixels.tiff"] = encode(picture("RGB", (9, 5)), "TIFF")
     made["png-named.jpg"] = made["rgba33.png"]
     made["text-named.jpg"] = b"this is not an image at all"
     made["empty.png"] = b""
     return made
+
+
+def _stray_bytes_after_app0(jpeg: bytes) -> bytes:
+    """The JPEG with stray bytes (an escaped 0xff among them) between APP0 and the next segment, as some
+    encoders leave: libjpeg warns of "extraneous bytes before marker", Pillow skips them."""
+    end = 4 + int.from_bytes(jpeg[4:6], "big")
+    return jpeg[:end] + b"\x00\x17\xff\x00\x42" + jpeg[end:]
 
 
 def without_created_at(root: Path) -> None:
