@@ -8,7 +8,8 @@ the first bytes of the four common formats, which this module reads without a de
   and Pillow write it) may be Pillow's MPO: handed to Pillow.
 - PNG: the IHDR chunk; bit depth and colour type -> Pillow's mode table.
 - GIF: the logical screen, the first frame's descriptor (it may widen the image) and which palette it
-  uses: P, or L when the palette is the identity grey ramp (or there is none).
+  uses: P, or L when the palette is the identity grey ramp (or there is none); stray bytes between
+  blocks are skipped, as Pillow skips them.
 - WebP: the VP8X canvas and its alpha flag, or the VP8L / VP8 bitstream header; RGBA or RGB.
 
 Anything else goes to Pillow (`Image.open` and `load`, as energon does), which must then be installed;
@@ -66,7 +67,7 @@ JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 JPEG_SOS = 0xDA
 JPEG_APP2 = 0xE2
-#: Bytes read at a time while looking past stray bytes for the next JPEG marker.
+#: Bytes read at a time while looking past stray bytes for the next JPEG marker or GIF block.
 SKIP_BLOCK = 4096
 #: The identifier that starts an APP2 segment of the multi-picture format (Pillow's test for MPO).
 JPEG_MPF = b"MPF\x00"
@@ -261,8 +262,21 @@ def _gif(read: ReadAt) -> ImageMetadata:
                 local = _need(read(position + 10, length), length, "local colour table", position + 10)
                 palette = _palette_needed(local)
             return ImageMetadata(width, height, "GIF", "P" if palette else "L")
-        else:
-            raise MediaError("no image in the GIF before its trailer or unknown block", position)
+        elif block == b";":
+            raise MediaError("the GIF ends (its trailer) before its first image", position)
+        else:  # a stray byte between blocks, which Pillow skips
+            position = _next_gif_block(read, position + 1)
+
+
+def _next_gif_block(read: ReadAt, position: int) -> int:
+    """Where the next extension, image or trailer introducer is from `position` (or the end): Pillow
+    skips the bytes before it one by one."""
+    while block := read(position, SKIP_BLOCK):
+        found = [at for at in map(block.find, (b"!", b",", b";")) if at >= 0]
+        if found:
+            return position + min(found)
+        position += len(block)
+    return position
 
 
 def _palette_needed(colours: bytes) -> bool:

@@ -89,6 +89,11 @@ def test_stray_bytes_between_jpeg_segments_are_skipped_as_pillow_skips_them() ->
     assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(33, 17, "JPEG", "RGB")
 
 
+def test_a_stray_byte_between_gif_blocks_is_skipped_as_pillow_skips_it() -> None:
+    data = IMAGES["stray-byte.gif"]
+    assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(33, 17, "GIF", "P")
+
+
 def test_bytes_pillow_does_not_recognise_are_not_an_image() -> None:
     assert image_metadata(from_bytes(b"plain text"), 10) is None
     assert image_metadata(from_bytes(b""), 0) is None

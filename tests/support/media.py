@@ -77,6 +77,8 @@ def images() -> dict[str, bytes]:
         picture("RGB", (20, 12)), "MPO", save_all=True, append_images=[picture("RGB", (20, 12))]
     )
     made["stray-bytes.jpg"] = _stray_bytes_after_app0(made["rgb33.jpg"])
+    screen = 13 + 3 * 2 ** ((made["p33.gif"][10] & 7) + 1)  # the header and its global colour table
+    made["stray-byte.gif"] = made["p33.gif"][:screen] + b"\x00" + made["p33.gif"][screen:]
     made["pixels.bmp"] = encode(picture("RGB", (9, 5)), "BMP")
     made["pixels.tiff"] = encode(picture("RGB", (9, 5)), "TIFF")
     made["png-named.jpg"] = made["rgba33.png"]
