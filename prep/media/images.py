@@ -13,7 +13,8 @@ the first bytes of the four common formats, which this module reads without a de
 - WebP: the VP8X canvas and its alpha flag, or the VP8L / VP8 bitstream header; RGBA or RGB.
 
 Anything else goes to Pillow (`Image.open` and `load`, as energon does), which must then be installed;
-bytes Pillow does not recognise are not an image (None), as in energon. A header that is cut short or
+bytes Pillow does not recognise are not an image (None), as in energon, and neither is an image of
+no width or no height. A header that is cut short or
 that Pillow would refuse raises MediaError with the byte offset (in the part) of the problem.
 
     >>> import struct, zlib
@@ -114,14 +115,22 @@ def image_metadata(read: ReadAt, size: int) -> ImageMetadata | None:
     """The metadata of the image part of `size` bytes that `read` reads, or None if it is no image."""
     head = read(0, HEAD_BYTES)
     if head.startswith(JPEG_MAGIC):
-        return _jpeg(read, size)
+        return _identified(_jpeg(read, size))
     if head.startswith(PNG_MAGIC):
-        return _png(head)
+        return _identified(_png(head))
     if head[:6] in GIF_MAGICS:
-        return _gif(read)
+        return _identified(_gif(read))
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return _webp(head)
     return pillow_metadata(read(0, size))
+
+
+def _identified(metadata: ImageMetadata | None) -> ImageMetadata | None:
+    """None for an image of no width or no height, which Pillow's `Image.open` does not identify (so
+    energon writes no row for it: a JPEG whose height is left to a DNL marker, say)."""
+    if metadata is None or min(metadata.width, metadata.height) <= 0:
+        return None
+    return metadata
 
 
 def pillow_metadata(data: bytes) -> ImageMetadata | None:

@@ -94,6 +94,12 @@ def test_a_stray_byte_between_gif_blocks_is_skipped_as_pillow_skips_it() -> None
     assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(33, 17, "GIF", "P")
 
 
+@pytest.mark.parametrize("name", ["no-height.jpg", "no-width.png"])
+def test_an_image_of_no_width_or_height_is_not_an_image_as_pillow_does_not_identify_it(name: str) -> None:
+    data = IMAGES[name]
+    assert image_metadata(from_bytes(data), len(data)) is None
+
+
 def test_bytes_pillow_does_not_recognise_are_not_an_image() -> None:
     assert image_metadata(from_bytes(b"plain text"), 10) is None
     assert image_metadata(from_bytes(b""), 0) is None

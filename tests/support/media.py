@@ -8,6 +8,7 @@ import io
 import shutil
 import sqlite3
 import wave
+import zlib
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -79,6 +80,11 @@ def images() -> dict[str, bytes]:
     made["stray-bytes.jpg"] = _stray_bytes_after_app0(made["rgb33.jpg"])
     screen = 13 + 3 * 2 ** ((made["p33.gif"][10] & 7) + 1)  # the header and its global colour table
     made["stray-byte.gif"] = made["p33.gif"][:screen] + b"\x00" + made["p33.gif"][screen:]
+    frame = made["rgb33.jpg"].index(b"\xff\xc0")  # its height to 0, as when a DNL marker gives it
+    made["no-height.jpg"] = made["rgb33.jpg"][: frame + 5] + b"\0\0" + made["rgb33.jpg"][frame + 7 :]
+    header = b"IHDR\0\0\0\0" + made["rgb33.png"][20:29]  # width 0, its checksum right
+    made["no-width.png"] = made["rgb33.png"][:12] + header + zlib.crc32(header).to_bytes(4, "big")
+    made["no-width.png"] += made["rgb33.png"][33:]
     made["pixels.bmp"] = encode(picture("RGB", (9, 5)), "BMP")
     made["pixels.tiff"] = encode(picture("RGB", (9, 5)), "TIFF")
     made["png-named.jpg"] = made["rgba33.png"]
