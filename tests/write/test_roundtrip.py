@@ -123,6 +123,22 @@ def test_folder_files_grouped_by_stem_keep_their_bytes(tmp_path: Path) -> None:
     assert load_parts(tmp_path / "out") == expected
 
 
+def test_folder_samples_behind_a_link_are_written_and_a_link_back_up_ends_the_walk(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "batch2"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "0002.txt").write_text("behind a link")
+    (elsewhere / "loop").symlink_to(elsewhere)  # a link back up: its files are read already
+    source = tmp_path / "images"
+    (source / "batch1").mkdir(parents=True)
+    (source / "batch1" / "0001.txt").write_text("in place")
+    (source / "batch2").symlink_to(elsewhere)
+    write_dataset(FolderSource(source), tmp_path / "out")
+    assert load_parts(tmp_path / "out") == {
+        "batch1/0001": {"txt": b"in place"},
+        "batch2/0002": {"txt": b"behind a link"},
+    }
+
+
 def test_encoded_files_in_a_folder_are_written_as_they_are_and_energon_decodes_them(tmp_path: Path) -> None:
     """A folder's files are already encoded: an .npy, .msgpack or .cls file goes into the shard byte for
     byte (as webdataset's writer does with bytes), so energon's decoder gives back the array and the

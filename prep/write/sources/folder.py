@@ -17,8 +17,9 @@ class FolderSource(FileSource):
     """One record per key (relative folder + file name up to its first dot), parts named by the rest.
 
     Hidden files and folders are left out, and so are prepared datasets below the folder (an earlier
-    write's output: shards and `.tar.idx` files are not samples); samples come in sorted key order,
-    parts in sorted order.
+    write's output: shards and `.tar.idx` files are not samples); links to folders are followed, as
+    energon's walk follows them, but not a link back to a folder above it; samples come in sorted key
+    order, parts in sorted order.
     """
 
     default_parts = "by-name"
@@ -31,8 +32,16 @@ class FolderSource(FileSource):
                 " Give the folder of raw files it was written from, or index its shards with shardprep prepare."
             )
         samples: dict[str, dict[str, str]] = {}
-        for folder, dirs, files in os.walk(self.path):
+        # the real folders above each folder walked: a link back to one of them would never end
+        above = {str(self.path): frozenset({os.path.realpath(self.path)})}
+        for folder, dirs, files in os.walk(self.path, followlinks=True):
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not is_prepared(Path(folder, d)))
+            for name in list(dirs):
+                real = os.path.realpath(os.path.join(folder, name))
+                if real in above[folder]:
+                    dirs.remove(name)  # its files are read already, through the folder it links back to
+                else:
+                    above[os.path.join(folder, name)] = above[folder] | {real}
             relative = os.path.relpath(folder, self.path)
             prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
             for file in files:
