@@ -10,7 +10,8 @@ the first bytes of the four common formats, which this module reads without a de
 - GIF: the logical screen, the first frame's descriptor (it may widen the image) and which palette it
   uses: P, or L when the palette is the identity grey ramp (or there is none); stray bytes between
   blocks are skipped, as Pillow skips them.
-- WebP: the VP8X canvas and its alpha flag, or the VP8L / VP8 bitstream header; RGBA or RGB.
+- WebP: the VP8X canvas and its alpha flag (for a still image, an ALPH chunk or a lossless bitstream's
+  alpha bit, as libwebp decides), or the VP8L / VP8 bitstream header; RGBA or RGB.
 
 Anything else goes to Pillow (`Image.open` and `load`, as energon does), which must then be installed;
 bytes Pillow does not recognise are not an image (None), as in energon, and neither is an image of
@@ -121,7 +122,7 @@ def image_metadata(read: ReadAt, size: int) -> ImageMetadata | None:
     if head[:6] in GIF_MAGICS:
         return _identified(_gif(read))
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return _webp(head)
+        return _webp(read, head)
     return pillow_metadata(read(0, size))
 
 
@@ -303,13 +304,15 @@ def _skip_sub_blocks(read: ReadAt, position: int) -> int:
             return position
 
 
-def _webp(head: bytes) -> ImageMetadata:
+def _webp(read: ReadAt, head: bytes) -> ImageMetadata:
     chunk = _need(head[12:30], 18, "first chunk", 12)
     name, data = chunk[:4], chunk[8:]
     if name == b"VP8X":
         alpha = bool(data[0] & 0x10)
         width = 1 + int.from_bytes(data[4:7], "little")
         height = 1 + int.from_bytes(data[7:10], "little")
+        if not data[0] & 0x02:  # a still image: libwebp also looks at its chunks for alpha
+            alpha = _still_webp_alpha(read, 20 + int.from_bytes(chunk[4:8], "little"), alpha)
     elif name == b"VP8L":
         if data[0] != 0x2F:
             raise MediaError("a lossless WebP bitstream must start with 0x2f", 20)
@@ -323,3 +326,20 @@ def _webp(head: bytes) -> ImageMetadata:
     else:
         raise MediaError(f"unknown WebP chunk {name!r}", 12)
     return ImageMetadata(width, height, "WEBP", "RGBA" if alpha else "RGB")
+
+
+def _still_webp_alpha(read: ReadAt, position: int, flagged: bool) -> bool:
+    """Whether libwebp (Pillow's reader) gives a still VP8X image alpha: an ALPH chunk before its
+    bitstream, or a lossless bitstream's own alpha bit, decide it over the VP8X flag (`flagged`)."""
+    position += position & 1
+    alpha_chunk = False
+    while len(header := read(position, 13)) >= 8:
+        name, length = header[:4], int.from_bytes(header[4:8], "little")
+        if name == b"ALPH":
+            alpha_chunk = True
+        elif name == b"VP8L":
+            return alpha_chunk or (len(header) == 13 and bool(header[12] >> 4 & 1))
+        elif name == b"VP8 ":
+            return flagged or alpha_chunk
+        position += 8 + length + (length & 1)
+    return flagged or alpha_chunk

@@ -100,6 +100,12 @@ def test_an_image_of_no_width_or_height_is_not_an_image_as_pillow_does_not_ident
     assert image_metadata(from_bytes(data), len(data)) is None
 
 
+@pytest.mark.parametrize(("name", "mode"), [("alpha-unflagged.webp", "RGBA"), ("opaque-flagged.webp", "RGB")])
+def test_a_still_webps_alpha_is_decided_by_its_chunks_as_libwebp_decides_it(name: str, mode: str) -> None:
+    data = IMAGES[name]
+    assert image_metadata(from_bytes(data), len(data)) == ImageMetadata(24, 16, "WEBP", mode)
+
+
 def test_bytes_pillow_does_not_recognise_are_not_an_image() -> None:
     assert image_metadata(from_bytes(b"plain text"), 10) is None
     assert image_metadata(from_bytes(b""), 0) is None

@@ -85,6 +85,12 @@ def images() -> dict[str, bytes]:
     header = b"IHDR\0\0\0\0" + made["rgb33.png"][20:29]  # width 0, its checksum right
     made["no-width.png"] = made["rgb33.png"][:12] + header + zlib.crc32(header).to_bytes(4, "big")
     made["no-width.png"] += made["rgb33.png"][33:]
+    # VP8X flags that disagree with the chunks after them: libwebp goes by the ALPH chunk, or by the
+    # lossless bitstream's own alpha bit
+    alpha = encode(picture("RGBA", (24, 16)), "WEBP", quality=60, icc_profile=b"\0" * 100)
+    made["alpha-unflagged.webp"] = alpha[:20] + bytes([alpha[20] & ~0x10]) + alpha[21:]
+    opaque = encode(picture("RGB", (24, 16)), "WEBP", lossless=True, icc_profile=b"\0" * 101)
+    made["opaque-flagged.webp"] = opaque[:20] + bytes([opaque[20] | 0x10]) + opaque[21:]
     made["pixels.bmp"] = encode(picture("RGB", (9, 5)), "BMP")
     made["pixels.tiff"] = encode(picture("RGB", (9, 5)), "TIFF")
     made["png-named.jpg"] = made["rgba33.png"]
