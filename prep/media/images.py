@@ -4,8 +4,9 @@ energon opens every image part with Pillow and decodes it in full to learn four 
 the first bytes of the four common formats, which this module reads without a decoder:
 
 - JPEG: the markers up to the first start-of-frame (SOF), stray bytes between segments skipped as
-  Pillow skips them; its precision, size and component count (1 -> L, 3 -> RGB, 4 -> CMYK). A multi-picture file (an APP2 segment starting "MPF\\0", as cameras
-  and Pillow write it) may be Pillow's MPO: handed to Pillow.
+  Pillow skips them; its precision, size and component count (1 -> L, 3 -> RGB, 4 -> CMYK). A
+  multi-picture file (an APP2 segment starting "MPF\\0", as cameras and Pillow write it) may be
+  Pillow's MPO: handed to Pillow.
 - PNG: the IHDR chunk; bit depth and colour type -> Pillow's mode table.
 - GIF: the logical screen, the first frame's descriptor (it may widen the image) and which palette it
   uses: P, or L when the palette is the identity grey ramp (or there is none); stray bytes between
@@ -15,8 +16,8 @@ the first bytes of the four common formats, which this module reads without a de
 
 Anything else goes to Pillow (`Image.open` and `load`, as energon does), which must then be installed;
 bytes Pillow does not recognise are not an image (None), as in energon, and neither is an image of
-no width or no height. A header that is cut short or
-that Pillow would refuse raises MediaError with the byte offset (in the part) of the problem.
+no width or no height. A header that is cut short or that Pillow would refuse raises MediaError with
+the byte offset (in the part) of the problem.
 
     >>> import struct, zlib
     >>> ihdr = struct.pack(">IIBBBBB", 3, 2, 8, 6, 0, 0, 0)
