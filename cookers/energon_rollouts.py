@@ -32,8 +32,10 @@ from megatron.energon import (
     Batch,
     Cooker,
     Sample,
+    SavableDataset,
     SkipSample,
     TaskEncoder,
+    WorkerConfig,
     basic_sample_keys,
     edataclass,
     stateless,
@@ -292,13 +294,39 @@ class RolloutTaskEncoder(TaskEncoder[RolloutGroup, FoldedGroup, RolloutBatch, Ro
             )
         return FoldedGroup.derive_from(sample, folded=folded, group_keys=[sample.__key__])
 
+    def _packing_seq_length(self) -> int:
+        if self.seq_length is None:
+            raise ValueError("packing rollout groups needs seq_length; give it to the RolloutTaskEncoder")
+        return self.seq_length
+
+    def build_batch(
+        self,
+        dataset: SavableDataset,
+        *,
+        batch_size: int | None,
+        batch_drop_last: bool = False,
+        packing_buffer_size: int | None = None,
+        worker_config: WorkerConfig,
+    ) -> SavableDataset:
+        """Refuse a packing buffer without `seq_length` when the dataset is built: in the loader, the
+        refusal would be logged per buffer and every group of the buffer skipped."""
+        if packing_buffer_size is not None:
+            self._packing_seq_length()
+        return super().build_batch(
+            dataset,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            worker_config=worker_config,
+        )
+
     @stateless
     def select_samples_to_pack(self, samples: list[FoldedGroup]) -> list[list[FoldedGroup]]:
         """Plan the buffer into sequences of at most `seq_length` tokens; every group lands in one."""
-        if self.seq_length is None:
-            raise ValueError("packing rollout groups needs seq_length; give it to the RolloutTaskEncoder")
         bins = plan_rollout_packs(
-            [s.folded.num_tokens for s in samples], self.seq_length, [f"sample {s.__key__}" for s in samples]
+            [s.folded.num_tokens for s in samples],
+            self._packing_seq_length(),
+            [f"sample {s.__key__}" for s in samples],
         )
         return [[samples[i] for i in members] for members in bins]
 

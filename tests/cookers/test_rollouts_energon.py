@@ -142,6 +142,13 @@ def test_token_id_groups_in_msgpack_parts_need_no_tokenizer(tmp_path):
     assert mask.shape == (batches[0].num_tokens,) * 2 and mask.dtype == torch.bool
 
 
+def test_packing_without_a_sequence_length_is_refused_when_the_dataset_is_built(tmp_path):
+    # In the loader the refusal was logged per buffer, each buffer's groups skipped: no batch at all.
+    write_dataset([{"__key__": "g0", "json": {"prompt": [1], "completions": [[2]]}}], tmp_path / "ids")
+    with pytest.raises(ValueError, match="packing rollout groups needs seq_length"):
+        load(tmp_path / "ids", RolloutTaskEncoder(), batch_size=1, buffer=4)
+
+
 def test_bad_groups_are_named_by_their_sample(tokenizer):
     with pytest.raises(ValueError, match="sample s7: a rollout group needs 'prompt' and 'completions'"):
         cook_rollout_group({"__key__": "s7", "__restore_key__": (), "json": {"prompt": "hi"}})
