@@ -30,8 +30,10 @@ from megatron.energon import (
     Batch,
     Cooker,
     Sample,
+    SavableDataset,
     SkipSample,
     TaskEncoder,
+    WorkerConfig,
     basic_sample_keys,
     edataclass,
     stateless,
@@ -198,6 +200,30 @@ class TranslationTaskEncoder(TaskEncoder[TranslationPair, TokenizedPair, Transla
         ids, ids_out = target_sequences(target, self.bos_id, self.eos_id)
         return TokenizedPair.derive_from(
             sample, source_ids=source, target_ids=ids, target_ids_out=ids_out, alignment=alignment
+        )
+
+    def build_batch(
+        self,
+        dataset: SavableDataset,
+        *,
+        batch_size: int | None,
+        batch_drop_last: bool = False,
+        packing_buffer_size: int | None = None,
+        worker_config: WorkerConfig,
+    ) -> SavableDataset:
+        """Refuse a fixed batch size when the dataset is built (energon would assert on every pair in the
+        loader, log each and stop after a hundred)."""
+        if batch_size is not None:
+            raise ValueError(
+                f"the TranslationTaskEncoder batches by length bucket, each bucket with its own batch size;"
+                f" pass batch_size=None (got {batch_size}) and set the size in its LengthBuckets"
+            )
+        return super().build_batch(
+            dataset,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            worker_config=worker_config,
         )
 
     def batch_group_criterion(self, sample: TokenizedPair) -> tuple[int | tuple[int, int], int]:

@@ -126,6 +126,14 @@ def test_restored_loader_state_gives_the_same_next_batches(corpus, sides, worker
         assert a.target_ids_out.equal(b.target_ids_out) and a.alignment.equal(b.alignment)
 
 
+def test_a_fixed_batch_size_is_refused_when_the_dataset_is_built(corpus):
+    # energon asserted on every pair in the loader, logged a hundred tracebacks and then stopped.
+    folder, _, tokenizer = corpus
+    encoder = TranslationTaskEncoder(tokenizer, LengthBuckets(64, "tokens", 4))
+    with pytest.raises(ValueError, match=r"pass batch_size=None \(got 8\)"):
+        train_dataset(folder, encoder, batch_size=8)
+
+
 def test_irregular_batches_are_dropped_for_a_batch_multiplier(corpus):
     folder, pairs, tokenizer = corpus
     buckets = LengthBuckets(3, "examples", length_bucket_width=5, batch_multiplier=2)
