@@ -99,8 +99,14 @@ class TranslationBatch(Batch):
     dropped: dict[str, int]
 
 
-def _text(value: object) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes | bytearray) else str(value)
+def _text(value: object, key: str, name: str) -> str:
+    """A side of the pair as text; ValueError naming the sample for anything else (a JSON null, number
+    or list would otherwise be trained on as its printed form)."""
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8")
+    if not isinstance(value, str):
+        raise ValueError(f"sample {key}: the {name} is a {type(value).__name__}, not text")
+    return value
 
 
 @stateless
@@ -128,9 +134,9 @@ def cook_translation_pair(sample: dict) -> TranslationPair:
     alignment = fields["alignment"]
     return TranslationPair(
         **basic_sample_keys(sample),
-        source=_text(fields["source"]),
-        target=_text(fields["target"]),
-        alignment=None if alignment is None else _text(alignment),
+        source=_text(fields["source"], key, "source"),
+        target=_text(fields["target"], key, "target"),
+        alignment=None if alignment is None else _text(alignment, key, "alignment"),
     )
 
 

@@ -213,6 +213,13 @@ def test_bad_pairs_are_named_by_their_sample(corpus):
         TranslationTaskEncoder(no_marks, LengthBuckets(8))
 
 
+@pytest.mark.parametrize("source", [None, 5, ["a", "b"]])
+def test_a_json_side_that_is_not_text_is_named_not_trained_on_as_its_printed_form(source):
+    sample = {"__key__": "s7", "__restore_key__": (), "json": {"src": source, "tgt": "b"}}
+    with pytest.raises(ValueError, match="sample s7: the source is a .*, not text"):
+        cook_translation_pair(sample)
+
+
 def test_pairs_without_alignments_batch_without_a_matrix(corpus):
     _, pairs, tokenizer = corpus
     encoder = TranslationTaskEncoder(tokenizer, LengthBuckets(8))
