@@ -5,8 +5,9 @@ The conventions (OpenNMT-tf's; the source side is the "features", the target sid
 
 - the source is its tokens; the target becomes two sequences one token longer than the target text:
   `ids` with `<s>` prepended (the decoder's input) and `ids_out` with `</s>` appended (what it predicts);
-- a pair is dropped when a side has no tokens, when the source has more than `maximum_features_length`
-  tokens or the target more than `maximum_labels_length` (counted without `<s>`/`</s>`);
+- a pair is dropped when the source has no tokens or more than `maximum_features_length`, or when the
+  target's `ids` (its tokens + 1: `<s>` counted, the length OpenNMT-tf's filter reads) are more than
+  `maximum_labels_length`; a target without tokens is kept (`ids` is `<s>`, `ids_out` is `</s>`);
 - a pair's bucket is `max(ceil(length / width) - 1, 0)` over the longer of the two sequences it is
   batched as (source tokens, target tokens + 1), so a bucket holds lengths `(k * width, (k + 1) * width]`
   (beyond OpenNMT-tf, `bucket_sides="both"` buckets each side, so the shorter side pads less too);
@@ -98,7 +99,9 @@ def target_sequences(tokens: np.ndarray, bos_id: int, eos_id: int) -> tuple[np.n
 
 @dataclass(frozen=True)
 class LengthLimits:
-    """Which pairs training keeps: both sides non-empty and within the maxima (tokens, no marks)."""
+    """Which pairs training keeps, by OpenNMT-tf's filter: each side's length above 0 and within its
+    maximum, the source as its tokens, the target as its `ids` (tokens + `TARGET_MARKS`). Callers give
+    token counts without marks."""
 
     maximum_features_length: int | None = None
     maximum_labels_length: int | None = None
@@ -106,17 +109,16 @@ class LengthLimits:
     def drop_reason(self, source_length: int, target_length: int) -> str | None:
         """Why a pair of these token counts is dropped (one of `DROP_REASONS`), or None to keep it.
 
-        >>> LengthLimits(maximum_labels_length=4).drop_reason(3, 5)
+        >>> LengthLimits(maximum_labels_length=4).drop_reason(3, 4)
         'target over maximum_labels_length'
         """
         if source_length == 0:
             return DROP_REASONS[0]
-        if target_length == 0:
-            return DROP_REASONS[1]
         if self.maximum_features_length is not None and source_length > self.maximum_features_length:
+            return DROP_REASONS[1]
+        labels_length = target_length + TARGET_MARKS
+        if self.maximum_labels_length is not None and labels_length > self.maximum_labels_length:
             return DROP_REASONS[2]
-        if self.maximum_labels_length is not None and target_length > self.maximum_labels_length:
-            return DROP_REASONS[3]
         return None
 
     def keep(
@@ -126,7 +128,7 @@ class LengthLimits:
 
         >>> keep, dropped = LengthLimits(maximum_features_length=3).keep(np.array([2, 0, 5]), np.array([1, 1, 1]))
         >>> keep.tolist(), dropped
-        ([True, False, False], {'empty source': 1, 'empty target': 0, 'source over maximum_features_length': 1, 'target over maximum_labels_length': 0})
+        ([True, False, False], {'empty source': 1, 'source over maximum_features_length': 1, 'target over maximum_labels_length': 0})
         """
         source_lengths, target_lengths = np.asarray(source_lengths), np.asarray(target_lengths)
         unlimited = np.iinfo(np.int64).max
@@ -134,9 +136,8 @@ class LengthLimits:
         target_limit = unlimited if self.maximum_labels_length is None else self.maximum_labels_length
         reasons = [
             source_lengths == 0,
-            target_lengths == 0,
             source_lengths > source_limit,
-            target_lengths > target_limit,
+            target_lengths + TARGET_MARKS > target_limit,
         ]
         dropped, counts = np.zeros(len(source_lengths), dtype=bool), {}
         for reason, hit in zip(DROP_REASONS, reasons, strict=True):
@@ -147,7 +148,6 @@ class LengthLimits:
 
 DROP_REASONS: tuple[str, ...] = (
     "empty source",
-    "empty target",
     "source over maximum_features_length",
     "target over maximum_labels_length",
 )

@@ -60,22 +60,32 @@ def test_the_target_gets_start_and_end_marks_as_opennmt_tf_does():
     assert ids_out.tolist() == [29, 202, 498, 7, 13, 50, 203, 499, 500, 2]
 
 
-def test_the_length_filter_drops_empty_sides_and_long_pairs_and_counts_each_once():
+def test_the_length_filter_drops_empty_sources_and_long_pairs_and_counts_each_once():
     limits = LengthLimits(maximum_features_length=512, maximum_labels_length=512)
     assert limits.drop_reason(250, 280) is None  # the walk-through's example pair is kept
     assert limits.drop_reason(0, 3) == "empty source"
-    assert limits.drop_reason(3, 0) == "empty target"
     assert limits.drop_reason(513, 3) == "source over maximum_features_length"
     assert limits.drop_reason(3, 600) == "target over maximum_labels_length"
     keep, dropped = limits.keep(np.array([0, 600, 5, 5, 0]), np.array([0, 5, 600, 5, 9]))
     assert keep.tolist() == [False, False, False, True, False]
     assert dropped == {
         "empty source": 2,
-        "empty target": 0,
         "source over maximum_features_length": 1,
         "target over maximum_labels_length": 1,
     }
     assert LengthLimits().drop_reason(10_000, 10_000) is None
+
+
+def test_the_target_is_filtered_by_the_length_of_its_ids_as_opennmt_tf_filters_it():
+    # The walk-through: the target's `length` is that of `ids` (9 tokens, length 10), and the filter keeps
+    # 0 < length <= maximum_labels_length: an empty target is kept, one of exactly the maximum is not.
+    limits = LengthLimits(maximum_features_length=10, maximum_labels_length=10)
+    assert limits.drop_reason(3, 9) is None
+    assert limits.drop_reason(3, 10) == "target over maximum_labels_length"
+    assert limits.drop_reason(3, 0) is None
+    assert limits.drop_reason(10, 3) is None  # the source has no marks
+    keep, dropped = limits.keep(np.array([3, 3, 3]), np.array([9, 10, 0]))
+    assert keep.tolist() == [True, False, True] and dropped["target over maximum_labels_length"] == 1
 
 
 def test_the_walk_through_example_of_bucket_and_batch_size():
