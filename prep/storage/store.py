@@ -287,9 +287,11 @@ class ObjectStore:
             lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data),
         )
 
-    def upload_file(self, name: str, path: str | os.PathLike) -> None:
+    def upload_file(self, name: str, path: str | os.PathLike, stop: threading.Event | None = None) -> None:
         """Upload a local file as object `name`: in one PUT, or above `multipart_threshold` in parts (each
-        part retried on its own; an upload that fails for good is aborted, so no parts are left behind)."""
+        part retried on its own; an upload that fails for good is aborted, so no parts are left behind).
+        Once `stop` is set (the run is interrupted, or another upload failed), no further part is sent
+        and the upload is aborted."""
         size = os.path.getsize(path)
         if size <= self.multipart_threshold:
             with open(path, "rb") as file:
@@ -320,6 +322,8 @@ class ObjectStore:
             with open(path, "rb") as file, ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
                 going: deque[Future[dict[str, Any]]] = deque()
                 for number, offset in enumerate(range(0, size, part_size), 1):
+                    if stop is not None and stop.is_set():
+                        raise StorageError(f"The upload of {url} was stopped before its part {number}.")
                     if len(going) == PART_THREADS:  # this file's parts: PART_THREADS on their way at most
                         parts.append(going.popleft().result())
                     _PART_SLOTS.acquire()  # all files' parts in memory: PARTS_IN_MEMORY at most

@@ -12,6 +12,7 @@ after every `.info.json`. A run that fails on the way leaves a dataset energon r
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -146,9 +147,7 @@ def upload_dataset(
             if early is not None and batch[0] in last:
                 early.wait()
                 early = None
-            with ThreadPoolExecutor(min(UPLOAD_THREADS, len(batch)), "shardprep-upload") as pool:
-                for done in [pool.submit(store.upload_file, name, root / name) for name in batch]:
-                    done.result()
+            _upload_batch(store, root, batch)
         if early is not None:
             early.wait()
     except StorageError as error:
@@ -160,3 +159,17 @@ def upload_dataset(
     finally:
         if early is not None:  # stopped by a failure: no more of its files go up
             early.stop()
+
+
+def _upload_batch(store: ObjectStore, root: Path, batch: list[str]) -> None:
+    """Upload the files `batch` at once, `UPLOAD_THREADS` at a time. A failure or an interruption (Ctrl-C,
+    SIGTERM) stops the rest: files not begun are not sent, multipart uploads under way send no further
+    part, and only requests already on their way are waited for."""
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(min(UPLOAD_THREADS, len(batch)), "shardprep-upload")
+    try:
+        for done in [pool.submit(store.upload_file, name, root / name, stop) for name in batch]:
+            done.result()
+    finally:
+        stop.set()  # everything is up by now, unless the run is failing
+        pool.shutdown(cancel_futures=True)

@@ -61,3 +61,34 @@ def test_offsets_going_up_early_are_waited_for_before_the_markers(s3, tmp_path):
     assert not store.exists(f"{META_DIR}/{INFO_JSON}")
 
     assert upload_early(store, offsets, present=[f"{META_DIR}/{INFO_JSON}"]) is None  # a prepared dataset
+
+
+def test_an_interrupted_upload_sends_no_further_file_or_part(s3, tmp_path):
+    """Ctrl-C (or SIGTERM, which the command line turns into it) in the middle of a batch: the files not
+    begun stay here, a multipart upload under way sends no further part and is aborted, and the run ends
+    then, not once the whole batch (every shard of the dataset) has gone up."""
+    import os
+    import signal
+    import threading
+    import time
+
+    s3.make_bucket("stopped")
+    part = 5 << 20
+    store = open_store(parse_address("s3://stopped/x"), part_size=part, multipart_threshold=part + 1)
+    store.client.meta.events.register("before-parameter-build.s3.UploadPart", lambda **_: time.sleep(0.2))
+    (tmp_path / "big.tar").write_bytes(bytes(8 * part))
+    small = [f"s-{number:03d}.tar" for number in range(300)]
+    for name in small:
+        (tmp_path / name).write_bytes(name.encode())
+
+    def interrupt() -> None:
+        while len(s3.keys("stopped")) < 10:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        upload_dataset(store, tmp_path, ["big.tar", *small])
+    sent = s3.keys("stopped")
+    assert "x/big.tar" not in sent and len(sent) < 100, f"{len(sent)} of 301 files went up after Ctrl-C"
+    assert not s3.client().list_multipart_uploads(Bucket="stopped").get("Uploads"), "parts left behind"
