@@ -44,7 +44,6 @@ from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_datas
 from prep.index.format import INDEX_SQLITE, META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.media import MediaSummary, add_folder_media_metadata
-from prep.index.meta import is_prepared
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
 from prep.processes import in_child, worker_count
@@ -543,10 +542,13 @@ def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
     if others and not options.overwrite:
         kept = ""
         if (out_dir / RESUME_DIR).exists():
+            # A dataset beside the checkpoint is most often the one an interrupted --overwrite was
+            # replacing (it stays until the new one is complete), else one whose run ended before it
+            # removed its checkpoint; --resume --overwrite is right either way and reuses what was kept.
             kept = (
-                " (it holds a complete dataset: the write this checkpoint is from finished; nothing is left"
-                f" to resume, and {out_dir / RESUME_DIR} can go)"
-                if options.resume and is_prepared(out_dir)
+                " (it holds what an interrupted write kept, beside an earlier dataset or other files: rerun"
+                " that write with --resume --overwrite, which reuses what it kept and replaces the rest)"
+                if any(entry.name != RESUME_DIR for entry in others)
                 else " (it holds what an interrupted write kept: rerun that write with --resume)"
             )
         raise PrepError(

@@ -147,3 +147,25 @@ def test_pieces_reused_are_left_out_of_the_stage_eta(tmp_path: Path, monkeypatch
     assert len(encoding) > 3 and all(state.eta is None for state in encoding)
     shards = [state for state in seen if state.stage == "writing shards" and 0 < state.done < state.total]
     assert shards and all(state.eta is not None for state in shards)  # worked on here: a pace, an ETA
+
+
+def test_an_interrupted_overwrite_is_resumed_with_overwrite_not_called_finished(tmp_path: Path) -> None:
+    """A write with --overwrite --resume that stops leaves the dataset it was replacing in place, beside
+    its checkpoint; a rerun without --overwrite is refused, and must say to add it, not that the write
+    finished and its checkpoint can go."""
+    good = rows_file(tmp_path / "a.jsonl", 300)
+    bad = rows_file(tmp_path / "b.jsonl", 300)
+    out = tmp_path / "out"
+    write_dataset(open_sources([good]), out, maxcount=50)  # the dataset being replaced
+    bad.write_text(bad.read_text().replace('{"n": 250,', '{"n": 250', 1))
+    with pytest.raises(BadInputError, match="b.jsonl:251"):
+        write_dataset(open_sources([good, bad]), out, maxcount=20, resume=True, overwrite=True)
+    rows_file(bad, 300)
+    with pytest.raises(PrepError, match="rerun that write with --resume --overwrite") as refused:
+        write_dataset(open_sources([good, bad]), out, maxcount=20, resume=True)
+    assert "finished" not in str(refused.value) and (out / RESUME_DIR).is_dir()
+
+    summary = write_dataset(open_sources([good, bad]), out, maxcount=20, resume=True, overwrite=True)
+    assert summary.resumed == (0, 30, 1, 2)
+    write_dataset(open_sources([good, bad]), tmp_path / "clean", maxcount=20)
+    assert written(out) == written(tmp_path / "clean")
