@@ -185,9 +185,20 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         ) from None
 
 
-def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> list[Any]:
-    """A Ray task: `function(*task)` for each task of the chunk, in order."""
-    return [function(*task) for task in chunk]
+def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[Any], bool]:
+    """A Ray task: `function(*task)` for each task of the chunk, in order, and whether every task ran. A
+    task that raises after others ran ends the chunk there with their results (the driver gives them,
+    then runs the rest of the chunk again, so that the exception comes after them, as from
+    `prep.processes.ordered_map`); the first task's exception is raised."""
+    results = []
+    for task in chunk:
+        try:
+            results.append(function(*task))
+        except Exception:
+            if not results:
+                raise
+            return results, False
+    return results, True
 
 
 class RayEngine:
@@ -297,27 +308,28 @@ class RayEngine:
         cpus = self.cpus()
         size = chunk_size(len(tasks), cpus)
         starts = range(0, len(tasks), size)
-        pending: deque[tuple[int, Any]] = deque()
+        pending: deque[tuple[int, int, Any]] = deque()  # (first task, task after the last, its Ray task)
         submitted = iter(starts)
         attempts: dict[int, int] = {}  # chunk start -> retries so far
+
+        def submit(start: int, stop: int) -> tuple[int, int, Any]:
+            return start, stop, self._remote.remote(function, list(tasks[start:stop]))
+
         try:
             for start in submitted:
-                pending.append((start, self._remote.remote(function, list(tasks[start : start + size]))))
+                pending.append(submit(start, min(start + size, len(tasks))))
                 if len(pending) >= CHUNKS_PER_CPU * cpus:
                     break
             while pending:
-                start, ref = pending[0]
+                start, stop, ref = pending[0]
                 try:
-                    results = ray.get(ref)
+                    results, whole = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:  # the function raised: as itself
                     if isinstance(error.cause, Exception):
                         raise error.cause from error
-                    raise self._failed(
-                        what, [name(task) for task in tasks[start : start + size]], error
-                    ) from None
+                    raise self._failed(what, [name(task) for task in tasks[start:stop]], error) from None
                 except ray.exceptions.RayError as error:  # the worker or its node died
-                    chunk = list(tasks[start : start + size])
-                    names = [name(task) for task in chunk]
+                    names = [name(task) for task in tasks[start:stop]]
                     attempt = attempts[start] = attempts.get(start, 0) + 1
                     if attempt > RETRIES:
                         raise self._failed(what, names, error) from None
@@ -327,16 +339,18 @@ class RayEngine:
                         f" retrying in {delay:g} s (retry {attempt} of {RETRIES})"
                     )
                     time.sleep(delay)
-                    pending[0] = (start, self._remote.remote(function, chunk))
+                    pending[0] = submit(start, stop)
                     continue
-                pending.popleft()
-                following = next(submitted, None)
-                if following is not None:
-                    chunk = list(tasks[following : following + size])
-                    pending.append((following, self._remote.remote(function, chunk)))
+                if whole:
+                    pending.popleft()
+                    following = next(submitted, None)
+                    if following is not None:
+                        pending.append(submit(following, min(following + size, len(tasks))))
+                else:  # a task raised after these: the rest again, to raise it in its turn
+                    pending[0] = submit(start + len(results), stop)
                 yield from results
         finally:
-            self._stop([ref for _, ref in pending])
+            self._stop([ref for _, _, ref in pending])
 
     def _stop(self, refs: list[Any]) -> None:
         """Cancel `refs` and wait until they have ended, so that no task still writes when the caller

@@ -212,3 +212,20 @@ def test_an_exception_a_task_raises_comes_back_as_itself(cluster) -> None:
     with RayEngine() as engine, pytest.raises(OSError) as raised:
         list(engine.ordered_map(refuse, [(1,), (2,)], what="writing"))
     assert raised.value.errno == 28
+
+
+def fail_at(bad: int, number: int) -> int:
+    if number == bad:
+        raise ValueError(f"task {number} refused")
+    return number
+
+
+def test_the_results_before_a_task_that_raises_come_back_first(cluster) -> None:
+    """Tasks go to Ray a chunk at a time (12 of 100 here): a task that raises in the middle of its chunk
+    must not take the results of the tasks before it in the chunk with it. They come first, and then the
+    exception, as from `prep.processes.ordered_map` (a write names the first bad record in input order so)."""
+    got: list[int] = []
+    with RayEngine() as engine, pytest.raises(ValueError, match="task 33 refused"):
+        for result in engine.ordered_map(fail_at, [(33, number) for number in range(100)], what="checking"):
+            got.append(result)
+    assert got == list(range(33))

@@ -187,6 +187,25 @@ def test_the_first_bad_row_in_input_order_is_named_and_nothing_is_left(cluster: 
     assert snapshot(out) == before
 
 
+def test_a_bad_row_is_named_before_bad_utf8_in_a_later_block_of_its_ray_task(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks go to Ray several to a task: a byte that is not UTF-8 in a later block of the task (an
+    error the block raises) must not be named before a bad row of an earlier block (one it reports)."""
+    monkeypatch.setattr(blockwise, "BLOCK_BYTES", 1 << 14)  # 26 blocks: 3 to a Ray task
+    lines = ["id,text", *(f"{n},{'t' * 200}" for n in range(2000))]
+    lines[3] = "2,b,extra"
+    data = bytearray("\n".join(lines).encode() + b"\n")
+    data[20_000] = 0xFF  # in the second block
+    path = tmp_path / "in.csv"
+    path.write_bytes(bytes(data))
+    with pytest.raises(BadInputError) as raised:
+        write_dataset(open_sources([path]), tmp_path / "out", engine="ray")
+    with pytest.raises(BadInputError) as expected:
+        write_dataset(open_sources([path]), tmp_path / "one", num_workers=1)
+    assert str(raised.value) == str(expected.value) and "in.csv:4: the row has 3 fields" in str(raised.value)
+
+
 @pytest.mark.usefixtures("small_blocks")
 def test_a_key_repeated_in_a_later_block_is_named(cluster: str, tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow")
