@@ -1,8 +1,9 @@
 """Input files cut into blocks that workers read on their own, each record where a single reader sees it.
 
-    blocks = plan_blocks(sources, block_bytes=32 << 20, block_rows=100_000)   # here: a quick pass
-    blocks = counted_blocks(blocks, count_in_workers, 32 << 20)                # numbers fixed
-    for record in block_records(block): ...                                   # in workers
+    blocks, problem = plan_blocks(sources, block_bytes=32 << 20, block_rows=100_000)  # here: a quick pass
+    blocks = counted_blocks(blocks, count_in_workers, 32 << 20)                         # numbers fixed
+    for record in block_records(block): ...                                            # in workers
+    if problem: raise problem                                        # after the records before it
 
 A block is a byte range of a JSONL or CSV file starting at a line, or a range of rows of one Parquet row
 group. Its records are read by the sources' own code (`JsonlSource`'s `parse_lines`, `CsvSource.rows`,
@@ -88,22 +89,30 @@ def supported(source: Source) -> bool:
     return type(source) in (JsonlSource, CsvSource, ParquetSource)
 
 
-def plan_blocks(sources: list[Source], block_bytes: int, block_rows: int) -> list[Block]:
+def plan_blocks(
+    sources: list[Source], block_bytes: int, block_rows: int
+) -> tuple[list[Block], PrepError | None]:
     """The blocks of every source, in input order: JSONL and CSV files cut near every `block_bytes`,
-    Parquet row groups into at most `block_rows` rows each."""
+    Parquet row groups into at most `block_rows` rows each. A source that cannot be cut (a CSV header
+    unreadable or naming a column twice, a file that is not Parquet) ends the plan: the blocks before it
+    come with its PrepError, for the caller to raise once they are read, as one process reading the
+    inputs in order meets it only after every record before it (and stops at the first bad one)."""
     blocks: list[Block] = []
     for source in sources:
-        if isinstance(source, JsonlSource):
-            path = os.path.abspath(source.path)
-            cuts = _cuts(source.path, text_start(source.path), block_bytes, quoted=False)
-            blocks += [Block("jsonl", path, source.name, start, end) for start, end in cuts]
-        elif isinstance(source, CsvSource):
-            blocks += _csv_blocks(source, block_bytes)
-        elif isinstance(source, ParquetSource):
-            blocks += _parquet_blocks(source, block_rows)
-        else:
-            raise TypeError(f"no blocks of a {type(source).__name__}")
-    return blocks
+        try:
+            if isinstance(source, JsonlSource):
+                path = os.path.abspath(source.path)
+                cuts = _cuts(source.path, text_start(source.path), block_bytes, quoted=False)
+                blocks += [Block("jsonl", path, source.name, start, end) for start, end in cuts]
+            elif isinstance(source, CsvSource):
+                blocks += _csv_blocks(source, block_bytes)
+            elif isinstance(source, ParquetSource):
+                blocks += _parquet_blocks(source, block_rows)
+            else:
+                raise TypeError(f"no blocks of a {type(source).__name__}")
+        except PrepError as problem:
+            return blocks, problem
+    return blocks, None
 
 
 def _cuts(path: Path, start: int, block_bytes: int, *, quoted: bool) -> list[tuple[int, int]]:

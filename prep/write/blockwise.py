@@ -91,8 +91,10 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
     """Write `sources` into `run`'s primary build, block by block on the run's engine; with a
     `checkpoint`, what an earlier run finished is taken from it and what this one finishes kept in it."""
     options = run.options
-    blocks = plan_blocks(sources, BLOCK_BYTES, BLOCK_ROWS)
+    blocks, problem = plan_blocks(sources, BLOCK_BYTES, BLOCK_ROWS)
     if not blocks:
+        if problem is not None:
+            raise problem
         return
     workers = worker_count(options.num_workers, len(blocks))
     build = run.primary
@@ -136,6 +138,8 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
             run.samples += done.records
             run.bytes += sum(sum(segment.sizes) for segment in done.segments.values())
             run.stage("encoding blocks", job.number + 1, len(jobs), (reused, reusable))
+        if problem is not None:  # a source that could not be cut, met after every record before it
+            raise problem
         shards = planner.finish()
         slots = [build.reserve_shard(shard.split, options.split_folder(shard.split)) for shard in shards]
         assembly = [

@@ -22,7 +22,7 @@ def whole_and_in_blocks(path: Path, block_bytes: int) -> tuple[list, list, int]:
         return [count_block(block) for block in blocks]
 
     source = open_sources([path])
-    blocks = counted_blocks(plan_blocks(source, block_bytes, 10), count, block_bytes)
+    blocks = counted_blocks(plan_blocks(source, block_bytes, 10)[0], count, block_bytes)
     assert len(blocks) > 5
     parts = [
         (record.where, getattr(record, "fields", None)) for b in blocks for record in block_records(b)[1]
@@ -132,3 +132,24 @@ def test_a_bad_record_ends_the_block_workers_with_the_run(
         write_dataset(open_sources([path]), tmp_path / "out", resume=True, num_workers=2)
     assert set(processes_where(1, os.getpid())) <= before, "block workers outlived the write"
     assert raised.traceback  # (the error, frames and all, is still held here)
+
+
+def test_a_later_file_that_cannot_be_cut_is_named_after_the_bad_rows_before_it(tmp_path: Path) -> None:
+    """A CSV header naming a column twice (or a file that is not Parquet) is found while the inputs are
+    cut, before any record is read: it must still be named only after the records of the files before
+    it, as one process reading the inputs in order names the first bad one."""
+    from prep.errors import PrepError
+
+    (tmp_path / "bad-row.csv").write_text("id,text\n1,a\n2,b,extra\n")
+    (tmp_path / "fine.csv").write_text("id,text\n1,a\n")
+    (tmp_path / "bad-header.csv").write_text("id,id\n1,a\n")
+    for first, named in (
+        ("bad-row.csv", "bad-row.csv:3: the row has 3 fields"),
+        ("fine.csv", "bad-header.csv:1"),
+    ):
+        sources = [tmp_path / first, tmp_path / "bad-header.csv"]
+        with pytest.raises(PrepError) as expected:
+            write_dataset(open_sources(sources), tmp_path / "one", num_workers=1)
+        with pytest.raises(PrepError) as raised:
+            write_dataset(open_sources(sources), tmp_path / "blocks", resume=True, num_workers=1)
+        assert str(raised.value) == str(expected.value) and named in str(raised.value)
