@@ -78,6 +78,15 @@ def _replaced_markers(names: list[str]) -> list[str]:
     return replaced
 
 
+def delete_stale(store: ObjectStore, names: list[str]) -> None:
+    """Delete the objects `names` (an old dataset's files the new one did not replace): its markers first,
+    `metadataset.yaml` before each `.info.json`, so that no index is left naming a file already deleted
+    (a run stopped on the way leaves files no marker names, never a marker naming files that are gone)."""
+    withdrawn = list(reversed(markers(names)))
+    for name in [*withdrawn, *sorted(set(names) - set(withdrawn))]:
+        store.delete(name)
+
+
 class EarlyUpload:
     """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
     while the rest of the index is written and uploaded), made by `upload_early` and begun by `start`;

@@ -20,7 +20,7 @@ from prep.errors import PrepError
 from prep.storage.address import require_address
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
-from prep.storage.upload import upload_dataset
+from prep.storage.upload import delete_stale, upload_dataset
 from prep.write.options import WriteOptions
 from prep.write.run import WriteProgress, WriteSummary, write
 from prep.write.sources import Source
@@ -57,8 +57,7 @@ def write_remote(
             if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
         )
         upload_dataset(store, out_dir, built)
-        for stale in sorted(set(existing) - set(built)):
-            store.delete(stale)
+        delete_stale(store, sorted(set(existing) - set(built)))
         return _named(summary, out_dir, address)
 
 

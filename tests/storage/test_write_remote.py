@@ -72,3 +72,25 @@ def test_big_shards_go_up_in_parts_and_a_full_prefix_needs_overwrite(s3, tmp_pat
     again = WriteOptions.parse(parts=["text=txt"], maxcount=1000, overwrite=True)
     write_remote([JsonlSource(path)], "s3://parted/out", again, store=store)
     assert s3.keys("parted") == before, "--overwrite leaves only the new dataset"
+
+
+def test_an_overwrite_deletes_the_old_markers_before_the_files_they_name(s3, tmp_path):
+    """A polylithic dataset replaced by a plain one: its `metadataset.yaml` and `.info.json` go before
+    any of its media or shards, so a deletion stopped on the way never leaves a marker naming a file
+    that is gone (the media folder sorts before `metadataset.yaml`)."""
+    s3.make_bucket("replaced")
+    for name in ("m1.bin", "m2.bin"):
+        (tmp_path / name).write_bytes(name.encode())
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "a", "img": "m1.bin"}\n{"text": "b", "img": "m2.bin"}\n')
+    store = open_store(parse_address("s3://replaced/ds"))
+    old = WriteOptions.parse(parts=["text=txt"], media_columns=["img=bin"])
+    write_remote([JsonlSource(rows)], "s3://replaced/ds", old, store=store, tmp_path=tmp_path / "t")
+    deleted: list[str] = []
+    store.client.meta.events.register(
+        "before-parameter-build.s3.DeleteObject", lambda params, **_: deleted.append(params["Key"])
+    )
+    new = WriteOptions.parse(parts=["text=txt"], overwrite=True)
+    write_remote([JsonlSource(rows)], "s3://replaced/ds", new, store=store, tmp_path=tmp_path / "t")
+    assert deleted[:2] == ["ds/metadataset.yaml", "ds/primary/.nv-meta/.info.json"], deleted
+    assert not any(key.startswith(("ds/media/", "ds/primary/")) for key in s3.keys("replaced"))
