@@ -94,3 +94,17 @@ def test_an_overwrite_deletes_the_old_markers_before_the_files_they_name(s3, tmp
     write_remote([JsonlSource(rows)], "s3://replaced/ds", new, store=store, tmp_path=tmp_path / "t")
     assert deleted[:2] == ["ds/metadataset.yaml", "ds/primary/.nv-meta/.info.json"], deleted
     assert not any(key.startswith(("ds/media/", "ds/primary/")) for key in s3.keys("replaced"))
+
+
+def test_the_time_a_bucket_write_reports_includes_its_upload(s3, source, tmp_path):
+    """The summary's "Wrote ... in N s" is the whole run: the upload (minutes for a big dataset) counts."""
+    import time
+
+    s3.make_bucket("timed")
+    store = open_store(parse_address("s3://timed/out"))
+    store.client.meta.events.register("before-parameter-build.s3.PutObject", lambda **_: time.sleep(0.1))
+    options = WriteOptions.parse(parts=["text=txt"], maxcount=1000)
+    started = time.perf_counter()
+    summary = write_remote([JsonlSource(source)], "s3://timed/out", options, store=store, tmp_path=tmp_path)
+    took = time.perf_counter() - started  # 0.4 s at least: shards, .tar.idx, .nv-meta, .info.json in turn
+    assert took > 0.35 and summary.seconds > 0.8 * took, (summary.seconds, took)
