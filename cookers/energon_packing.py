@@ -36,6 +36,7 @@ from megatron.energon.worker import WorkerConfig
 from megatron.energon.wrappers.base import BaseWrapperDataset, SampleIndex
 from megatron.energon.wrappers.buffer import SavableSampleBuffer
 
+from cookers.energon_batching import BatchingHook
 from cookers.packed_layout import LABEL_CONVENTIONS, PackedSequence, flatten_packs, layout_pack
 from cookers.packing import ALGORITHMS, fit_pieces, overlong_policy, plan_packs
 from cookers.tokenizer import TokenizerAdapter
@@ -219,7 +220,9 @@ class ConcatPacksDataset(BaseWrapperDataset[TokenizedDocument, PackedSample]):
         )
 
 
-class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatch, PackedBatch]):
+class PackingTaskEncoder(
+    BatchingHook, TaskEncoder[TextDocument, TokenizedDocument, PackedBatch, PackedBatch]
+):
     """Tokenize text samples and pack them into sequences of at most `seq_length` tokens.
 
     Use with `get_train_dataset(..., packing_buffer_size=N, task_encoder=PackingTaskEncoder(...))`;
@@ -277,15 +280,14 @@ class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatc
                 loss_mask=None if mask is None else mask[start:stop],
             )
 
-    def build_batch(
+    def before_batching(
         self,
         dataset: SavableDataset,
         *,
         batch_size: int | None,
-        batch_drop_last: bool = False,
-        packing_buffer_size: int | None = None,
+        packing_buffer_size: int | None,
         worker_config: WorkerConfig,
-    ) -> SavableDataset:
+    ) -> tuple[SavableDataset, int | None]:
         """`concat`: a `ConcatPacksDataset` (windows of `packing_buffer_size` documents) takes the place of
         energon's packing buffer, which cannot save a window part-way through its packs."""
         if self.algorithm == "concat" and packing_buffer_size is not None:
@@ -293,13 +295,7 @@ class PackingTaskEncoder(TaskEncoder[TextDocument, TokenizedDocument, PackedBatc
                 dataset, self.seq_length, packing_buffer_size, self.lay_out, worker_config=worker_config
             )
             packing_buffer_size = None
-        return super().build_batch(
-            dataset,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            packing_buffer_size=packing_buffer_size,
-            worker_config=worker_config,
-        )
+        return dataset, packing_buffer_size
 
     @stateless
     def select_samples_to_pack(self, samples: list[TokenizedDocument]) -> list[list[TokenizedDocument]]:

@@ -77,6 +77,7 @@ from megatron.energon.wrappers.base import BaseWrapperDataset, SampleIndex
 from megatron.energon.wrappers.buffer import SavableSampleBuffer
 from megatron.energon.wrappers.shuffle_buffer_dataset import ShuffleBufferDataset
 
+from cookers.energon_batching import BatchingHook
 from cookers.records import layout_for, plan_units, sequential_examples, tokenize_group, value_key
 from cookers.records_errors import RecordSchemaError
 from cookers.records_layout import IGNORE_INDEX, RecordExample, RecordLayout, TokenizedRecords
@@ -342,7 +343,7 @@ def _inner_datasets(dataset: SavableDataset) -> Iterator[SavableDataset]:
         yield from _inner_datasets(inner)
 
 
-class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, RecordBatch]):
+class RecordAssemblyTaskEncoder(BatchingHook, TaskEncoder[RecordSample, Any, RecordBatch, RecordBatch]):
     """Assemble Safe Synthesizer's tabular, grouped or sequential examples from record samples.
 
     `settings` are `cookers.records_options.AssemblyOptions` fields (`max_seq_length`,
@@ -391,15 +392,14 @@ class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, Reco
                 )
         return super().build_encode_sample(dataset, worker_config=worker_config)
 
-    def build_batch(
+    def before_batching(
         self,
         dataset: SavableDataset,
         *,
         batch_size: int | None,
-        batch_drop_last: bool = False,
-        packing_buffer_size: int | None = None,
+        packing_buffer_size: int | None,
         worker_config: WorkerConfig,
-    ) -> SavableDataset:
+    ) -> tuple[SavableDataset, int | None]:
         """Refuse a packing buffer the mode cannot use, or its absence where it is needed."""
         mode = self.options.mode
         if mode == "sequential" and packing_buffer_size is not None:
@@ -411,13 +411,7 @@ class RecordAssemblyTaskEncoder(TaskEncoder[RecordSample, Any, RecordBatch, Reco
             raise ValueError(
                 f"{mode} mode packs {unit} in energon's packing buffer: pass packing_buffer_size=N"
             )
-        return super().build_batch(
-            dataset,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            packing_buffer_size=packing_buffer_size,
-            worker_config=worker_config,
-        )
+        return dataset, packing_buffer_size
 
     # -- the hooks --------------------------------------------------------------------------------------------
     def _typed(self, record: dict, name: str) -> dict:

@@ -42,6 +42,7 @@ from megatron.energon import (
 )
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
+from cookers.energon_batching import BatchingHook
 from cookers.packed_layout import IGNORE_INDEX
 from cookers.rollout_mask import prefix_tree_mask, token_visibility
 from cookers.rollouts import (
@@ -219,7 +220,7 @@ def cook_rollout_group(sample: dict) -> RolloutGroup:
     return RolloutGroup(**basic_sample_keys(sample), prompt=prompt, completions=completions)
 
 
-class RolloutTaskEncoder(TaskEncoder[RolloutGroup, FoldedGroup, RolloutBatch, RolloutBatch]):
+class RolloutTaskEncoder(BatchingHook, TaskEncoder[RolloutGroup, FoldedGroup, RolloutBatch, RolloutBatch]):
     """Fold rollout groups, optionally pack several into sequences of at most `seq_length` tokens, and
     batch them into one row with the prefix-tree structure.
 
@@ -299,26 +300,19 @@ class RolloutTaskEncoder(TaskEncoder[RolloutGroup, FoldedGroup, RolloutBatch, Ro
             raise ValueError("packing rollout groups needs seq_length; give it to the RolloutTaskEncoder")
         return self.seq_length
 
-    def build_batch(
+    def before_batching(
         self,
         dataset: SavableDataset,
         *,
         batch_size: int | None,
-        batch_drop_last: bool = False,
-        packing_buffer_size: int | None = None,
+        packing_buffer_size: int | None,
         worker_config: WorkerConfig,
-    ) -> SavableDataset:
+    ) -> tuple[SavableDataset, int | None]:
         """Refuse a packing buffer without `seq_length` when the dataset is built: in the loader, the
         refusal would be logged per buffer and every group of the buffer skipped."""
         if packing_buffer_size is not None:
             self._packing_seq_length()
-        return super().build_batch(
-            dataset,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            packing_buffer_size=packing_buffer_size,
-            worker_config=worker_config,
-        )
+        return dataset, packing_buffer_size
 
     @stateless
     def select_samples_to_pack(self, samples: list[FoldedGroup]) -> list[list[FoldedGroup]]:

@@ -39,6 +39,7 @@ from megatron.energon import (
     stateless,
 )
 
+from cookers.energon_batching import BatchingHook
 from cookers.tokenizer import TokenizerAdapter
 from cookers.translation import (
     LengthBuckets,
@@ -140,7 +141,9 @@ def cook_translation_pair(sample: dict) -> TranslationPair:
     )
 
 
-class TranslationTaskEncoder(TaskEncoder[TranslationPair, TokenizedPair, TranslationBatch, TranslationBatch]):
+class TranslationTaskEncoder(
+    BatchingHook, TaskEncoder[TranslationPair, TokenizedPair, TranslationBatch, TranslationBatch]
+):
     """Tokenize sentence pairs, drop those `limits` refuses, and batch them by length bucket.
 
     `target_tokenizer` defaults to `source_tokenizer` (a shared vocabulary); it must know `<s>` and
@@ -208,15 +211,14 @@ class TranslationTaskEncoder(TaskEncoder[TranslationPair, TokenizedPair, Transla
             sample, source_ids=source, target_ids=ids, target_ids_out=ids_out, alignment=alignment
         )
 
-    def build_batch(
+    def before_batching(
         self,
         dataset: SavableDataset,
         *,
         batch_size: int | None,
-        batch_drop_last: bool = False,
-        packing_buffer_size: int | None = None,
+        packing_buffer_size: int | None,
         worker_config: WorkerConfig,
-    ) -> SavableDataset:
+    ) -> tuple[SavableDataset, int | None]:
         """Refuse a fixed batch size when the dataset is built (energon would assert on every pair in the
         loader, log each and stop after a hundred)."""
         if batch_size is not None:
@@ -224,13 +226,7 @@ class TranslationTaskEncoder(TaskEncoder[TranslationPair, TokenizedPair, Transla
                 f"the TranslationTaskEncoder batches by length bucket, each bucket with its own batch size;"
                 f" pass batch_size=None (got {batch_size}) and set the size in its LengthBuckets"
             )
-        return super().build_batch(
-            dataset,
-            batch_size=batch_size,
-            batch_drop_last=batch_drop_last,
-            packing_buffer_size=packing_buffer_size,
-            worker_config=worker_config,
-        )
+        return dataset, packing_buffer_size
 
     def batch_group_criterion(self, sample: TokenizedPair) -> tuple[int | tuple[int, int], int]:
         """The pair's bucket key and that bucket's batch size (remembered per pair of lengths)."""
