@@ -289,8 +289,14 @@ class PackingTaskEncoder(
         worker_config: WorkerConfig,
     ) -> tuple[SavableDataset, int | None]:
         """`concat`: a `ConcatPacksDataset` (windows of `packing_buffer_size` documents) takes the place of
-        energon's packing buffer, which cannot save a window part-way through its packs."""
-        if self.algorithm == "concat" and packing_buffer_size is not None:
+        energon's packing buffer, which cannot save a window part-way through its packs. Without a packing
+        buffer there would be nothing to pack: refused."""
+        if packing_buffer_size is None:
+            raise ValueError(
+                "PackingTaskEncoder packs the documents of energon's packing buffer: pass"
+                " packing_buffer_size=N (documents) to get_train_dataset / get_val_dataset"
+            )
+        if self.algorithm == "concat":
             dataset = ConcatPacksDataset(
                 dataset, self.seq_length, packing_buffer_size, self.lay_out, worker_config=worker_config
             )

@@ -158,6 +158,16 @@ def test_an_overlong_document_with_the_error_policy_is_named(tokenizer, text_dat
         list(encoder.encode_sample(sample))
 
 
+@pytest.mark.parametrize("algorithm", ["bfd", "concat"])
+def test_a_loader_without_a_packing_buffer_is_refused(tokenizer, text_dataset, algorithm):
+    """Without `packing_buffer_size` energon hands single documents to `batch`: every batch failed, was
+    skipped by energon's error handler, and the loader gave nothing."""
+    folder, _, _ = text_dataset
+    encoder = PackingTaskEncoder(tokenizer, SEQ_LENGTH, algorithm=algorithm)
+    with pytest.raises(ValueError, match="pass packing_buffer_size=N"):
+        load(folder, encoder, buffer=None)
+
+
 def test_the_aux_media_cooker_keeps_its_earlier_module_name():
     import cookers.aux_media
     import cookers.energon_aux_media
