@@ -168,6 +168,13 @@ def test_a_loader_without_a_packing_buffer_is_refused(tokenizer, text_dataset, a
         load(folder, encoder, buffer=None)
 
 
+@pytest.mark.parametrize("seq_length", [0, -8])
+def test_a_sequence_length_below_one_is_refused_when_the_encoder_is_made(tokenizer, seq_length):
+    """It was refused only by the planner, in every packing buffer, each failure skipped: an empty loader."""
+    with pytest.raises(ValueError, match=f"seq_length must be at least 1, got {seq_length}"):
+        PackingTaskEncoder(tokenizer, seq_length)
+
+
 def test_the_aux_media_cooker_keeps_its_earlier_module_name():
     import cookers.aux_media
     import cookers.energon_aux_media
