@@ -250,6 +250,8 @@ class PackingTaskEncoder(
             )
         if seq_length < 1:
             raise ValueError(f"seq_length must be at least 1, got {seq_length}")
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be at least 1, got {pad_to_multiple_of}")
         if pad_to_multiple_of is not None and seq_length % pad_to_multiple_of:
             raise ValueError(
                 f"seq_length {seq_length} is not a multiple of pad_to_multiple_of {pad_to_multiple_of}"

@@ -175,6 +175,13 @@ def test_a_sequence_length_below_one_is_refused_when_the_encoder_is_made(tokeniz
         PackingTaskEncoder(tokenizer, seq_length)
 
 
+@pytest.mark.parametrize("multiple", [0, -1])
+def test_a_padding_multiple_below_one_is_refused_when_the_encoder_is_made(tokenizer, multiple):
+    """0 stopped with ZeroDivisionError; -1 passed, and every pack then failed in the loader and was skipped."""
+    with pytest.raises(ValueError, match=f"pad_to_multiple_of must be at least 1, got {multiple}"):
+        PackingTaskEncoder(tokenizer, SEQ_LENGTH, pad_to_multiple_of=multiple)
+
+
 def test_the_aux_media_cooker_keeps_its_earlier_module_name():
     import cookers.aux_media
     import cookers.energon_aux_media
