@@ -107,6 +107,12 @@ def _part_text(value: object) -> object:
     return value.decode("utf-8") if isinstance(value, bytes | bytearray) else value
 
 
+def _shown(value: object) -> str:
+    """A JSON value as the sample holds it, cut short."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @stateless
 def cook_text_document(sample: dict) -> TextDocument:
     """Cook a crude sample: `txt` part, or `json` part with `text` or `prompt` + `completion` fields."""
@@ -117,12 +123,19 @@ def cook_text_document(sample: dict) -> TextDocument:
     if "json" in sample:
         record = _part_text(sample["json"])
         if isinstance(record, str):
-            record = json.loads(record)
-        if "prompt" in record and "completion" in record:
-            return TextDocument(**base, prompt=record["prompt"], completion=record["completion"])
-        if "text" in record:
-            return TextDocument(**base, text=record["text"])
-        raise ValueError(f"sample {key}: json part has neither 'text' nor 'prompt' + 'completion'")
+            try:
+                record = json.loads(record)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"sample {key}: json part is not JSON ({error})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"sample {key}: json part holds {_shown(record)}, not an object")
+        fields = ("prompt", "completion") if "prompt" in record and "completion" in record else ("text",)
+        if fields == ("text",) and "text" not in record:
+            raise ValueError(f"sample {key}: json part has neither 'text' nor 'prompt' + 'completion'")
+        for name in fields:
+            if not isinstance(record[name], str):
+                raise ValueError(f"sample {key}: json field {name!r} is {_shown(record[name])}, not a string")
+        return TextDocument(**base, **{name: record[name] for name in fields})
     if "txt" in sample:
         return TextDocument(**base, text=_part_text(sample["txt"]))
     parts = sorted(k for k in sample if not k.startswith("__"))

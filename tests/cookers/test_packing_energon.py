@@ -182,6 +182,26 @@ def test_a_padding_multiple_below_one_is_refused_when_the_encoder_is_made(tokeni
         PackingTaskEncoder(tokenizer, SEQ_LENGTH, pad_to_multiple_of=multiple)
 
 
+@pytest.mark.parametrize(
+    ("part", "message"),
+    [
+        (b'{"text": null}', "json field 'text' is null, not a string"),
+        (b'{"text": 5}', "json field 'text' is 5, not a string"),
+        (b'{"prompt": ["a"], "completion": "b"}', r"json field 'prompt' is \["),
+        (b"[1, 2]", r"json part holds \[1, 2\], not an object"),
+        (b"7", "json part holds 7, not an object"),
+        (b'{"text": "a"', "json part is not JSON"),
+    ],
+)
+def test_a_json_part_without_text_to_tokenize_is_named(part, message):
+    """A text that is not a string reached the tokenizer and a bare number `in`: TypeErrors that named no
+    sample; nor did the JSONDecodeError of a part that is not JSON."""
+    from cookers.energon_packing import cook_text_document
+
+    with pytest.raises(ValueError, match=f"sample shard-0/doc00007: {message}"):
+        cook_text_document({"__key__": "shard-0/doc00007", "__restore_key__": (), "json": part})
+
+
 def test_the_aux_media_cooker_keeps_its_earlier_module_name():
     import cookers.aux_media
     import cookers.energon_aux_media
