@@ -253,7 +253,9 @@ def tokenize_group(
     layout: RecordLayout, value: object, rows: Sequence[Mapping], names: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray]:
     """One group's record tokens, records in `order_by` order, and that order (indices into `rows`);
-    GroupTooLongError (grouped mode) when the group cannot fit an example alone."""
+    GroupTooLongError (grouped mode) when the group cannot fit an example alone, MissingColumnError naming a
+    record without a value in the group column."""
+    _group_keys(rows, layout.options.group_by, names.__getitem__)
     table = _Table.of_runs([(value, list(rows), list(names))], layout)
     tokens, offsets = table.tokens.tokens, table.tokens.offsets
     pieces = [tokens[offsets[i] : offsets[i + 1]] for i in table.record_order.tolist()]
@@ -264,7 +266,9 @@ def sequential_examples(
     layout: RecordLayout, value: object, rows: Sequence[Mapping], names: Sequence[str]
 ) -> tuple[list[RecordExample], np.ndarray]:
     """One group's examples in sequential mode, budgets drawn from the group's own stream, and the order of
-    the records in them (indices into `rows`, `order_by` order): example k holds the next `num_records`."""
+    the records in them (indices into `rows`, `order_by` order): example k holds the next `num_records`.
+    MissingColumnError names a record without a value in the group column."""
+    _group_keys(rows, layout.options.group_by, names.__getitem__)
     table = _Table.of_runs([(value, list(rows), list(names))], layout)
     examples = table.sequential([table.record_order], None, per_group=layout.options.randomize_budget)
     return examples, table.record_order

@@ -24,7 +24,7 @@ from megatron.energon.flavors.webdataset.sharder import Sharder
 
 from cookers.energon_records import RecordAssemblyTaskEncoder, cook_record, sample_name
 from cookers.records import assemble_records, assemble_stream, layout_for
-from cookers.records_errors import GroupTooLongError, RecordSchemaError
+from cookers.records_errors import GroupTooLongError, MissingColumnError, RecordSchemaError
 from cookers.records_layout import IGNORE_INDEX
 from cookers.records_options import AssemblyOptions
 from cookers.tokenizer import load_tokenizer
@@ -343,6 +343,20 @@ def test_a_group_too_long_is_named_when_the_loader_reraises(dataset, tokenizer):
     )
     with pytest.raises(GroupTooLongError, match=r"group 'C-\d{3}' \(\d records\) takes \d+ tokens"):
         list(get_loader(load(dataset, encoder, buffer=10, error_handler=reraise_exception)))
+
+
+@pytest.mark.parametrize(("mode", "buffer"), [("grouped", 4), ("sequential", None)])
+def test_a_record_without_a_group_value_is_named_as_assemble_stream_names_it(
+    tmp_path, tokenizer, mode, buffer
+):
+    """`write --group-by` puts records of no group value together at the end; the loader made them one more
+    group (of value None) where assemble_stream and assemble_records refuse such a record."""
+    rows = [{"customer_id": f"C-{i // 4}", "date": f"2024-01-{i + 1:02d}", "amount": i} for i in range(8)]
+    rows[5]["customer_id"] = None
+    dataset = jsonl_dataset(tmp_path, rows)
+    encoder = RecordAssemblyTaskEncoder(tokenizer, mode, max_seq_length=MAX_SEQ_LENGTH, **GROUPED)
+    with pytest.raises(MissingColumnError, match=r"sample shard-0+\.tar/0+5 has no value in group_by column"):
+        list(get_loader(load(dataset, encoder, buffer=buffer, error_handler=reraise_exception)))
 
 
 def test_two_workers_divide_the_records_by_count_so_only_the_group_across_the_cut_is_cut(dataset, tokenizer):
