@@ -17,7 +17,8 @@ The steps, one energon hook each:
    `ShuffleBufferDataset` of whole groups follows (`group_shuffle_buffer_size`).
 3. `encode_sample` (stateless): tabular: tokenize one record; grouped: tokenize one group (records in
    `order_by` order, checked against the room of an example); sequential: cut one group into its examples,
-   budgets drawn from the group's own seeded stream, so they depend on nothing but the group.
+   budgets drawn from the group's own seeded stream, so they depend on nothing but the group (in a val
+   loader every budget is the full one, as in the reference's test split).
 4. tabular, grouped: `select_samples_to_pack` (stateless) plans the packing buffer with the flush rule
    (next-fit as the reference, or best-fit): `packing_buffer_size` counts records (groups in grouped mode);
    `pack_selected_samples` (stateless) lays an example out.
@@ -57,6 +58,7 @@ it: by default it logs the error and skips the record (tabular) or the group; `r
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import replace
@@ -412,6 +414,16 @@ class RecordAssemblyTaskEncoder(BatchingHook, TaskEncoder[RecordSample, Any, Rec
                 f"{mode} mode packs {unit} in energon's packing buffer: pass packing_buffer_size=N"
             )
         return dataset, packing_buffer_size
+
+    def build_val_datasets(self, **settings: Any) -> SavableDataset:
+        """Validation examples as the reference makes its test split's: sequential mode fills every example to
+        the full budget (no draw), whatever `randomize_budget` says for training."""
+        if self.options.mode == "sequential" and self.options.randomize_budget:
+            full = copy.copy(self)
+            full.options = replace(self.options, randomize_budget=False)
+            full._layouts = {}
+            return full.build_val_datasets(**settings)
+        return super().build_val_datasets(**settings)
 
     # -- the hooks --------------------------------------------------------------------------------------------
     def _typed(self, record: dict, name: str) -> dict:

@@ -8,6 +8,7 @@ import csv
 import json
 import random
 from collections import Counter
+from dataclasses import replace
 from itertools import groupby
 
 import pytest
@@ -18,6 +19,7 @@ from megatron.energon import (
     WorkerConfig,
     get_loader,
     get_savable_loader,
+    get_val_dataset,
 )
 from megatron.energon.errors import reraise_exception
 from megatron.energon.flavors.webdataset.sharder import Sharder
@@ -357,6 +359,34 @@ def test_a_record_without_a_group_value_is_named_as_assemble_stream_names_it(
     encoder = RecordAssemblyTaskEncoder(tokenizer, mode, max_seq_length=MAX_SEQ_LENGTH, **GROUPED)
     with pytest.raises(MissingColumnError, match=r"sample shard-0+\.tar/0+5 has no value in group_by column"):
         list(get_loader(load(dataset, encoder, buffer=buffer, error_handler=reraise_exception)))
+
+
+def test_a_val_loader_fills_sequential_examples_to_the_full_budget(dataset, tokenizer):
+    """The reference fills its test split's sequential examples to 100% of the budget; a val loader drew
+    budgets of 70-100% as for training."""
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+
+    def val(encoder, batch_size):
+        return get_loader(
+            get_val_dataset(
+                dataset, split_part="train", worker_config=config, batch_size=batch_size, task_encoder=encoder
+            )
+        )
+
+    samples = list(val(RecordOrder(), None))  # a val loader reads in file order, unlike a train loader
+    records = [{**s.record, "amount": float(s.record["amount"])} for s in samples]
+    options = AssemblyOptions(mode="sequential", max_seq_length=MAX_SEQ_LENGTH, **GROUPED)
+
+    def stream(**settings):
+        examples = assemble_stream(
+            records, tokenizer, replace(options, **settings), names=map(sample_name, samples)
+        )
+        return [e.input_ids.tolist() for e in examples]
+
+    encoder = RecordAssemblyTaskEncoder(
+        tokenizer, "sequential", max_seq_length=MAX_SEQ_LENGTH, column_types=TYPES, **GROUPED
+    )
+    assert rows_of(val(encoder, 3)) == stream(randomize_budget=False) != stream()
 
 
 def test_two_workers_divide_the_records_by_count_so_only_the_group_across_the_cut_is_cut(dataset, tokenizer):
