@@ -374,6 +374,8 @@ class RecordAssemblyTaskEncoder(BatchingHook, TaskEncoder[RecordSample, Any, Rec
                 "group_shuffle_buffer_size shuffles whole groups (grouped, sequential); tabular mode shuffles"
                 " records with energon's shuffle_buffer_size"
             )
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be at least 1, got {pad_to_multiple_of}")
         self.tokenizer = tokenizer
         self.column_types = dict(column_types or {})
         self.group_shuffle_buffer_size = group_shuffle_buffer_size

@@ -339,6 +339,14 @@ def test_the_packing_buffer_is_asked_for_where_the_mode_needs_it(dataset, tokeni
         load(dataset, RecordAssemblyTaskEncoder(tokenizer, "sequential", **GROUPED), buffer=10)
 
 
+@pytest.mark.parametrize("multiple", [0, -4])
+def test_a_padding_multiple_below_one_is_refused_when_the_encoder_is_made(tokenizer, multiple):
+    """-4 made some batches narrower than their longest example: each failed in `batch` and energon skipped it
+    (8 of 28 batches came); 0 was taken as no padding."""
+    with pytest.raises(ValueError, match=f"pad_to_multiple_of must be at least 1, got {multiple}"):
+        RecordAssemblyTaskEncoder(tokenizer, pad_to_multiple_of=multiple)
+
+
 def test_a_group_too_long_is_named_when_the_loader_reraises(dataset, tokenizer):
     encoder = RecordAssemblyTaskEncoder(
         tokenizer, "grouped", max_seq_length=150, column_types=TYPES, **GROUPED
