@@ -193,7 +193,7 @@ def _packing_dataset(samples: int) -> Path:
 def run_loader(samples: int, seq_length: int, buffer: int) -> None:
     import warnings
 
-    from megatron.energon import TaskEncoder, WorkerConfig, get_loader, get_train_dataset
+    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
 
     from cookers.energon_packing import PackingTaskEncoder, TokenizedDocument
     from cookers.packed_layout import flatten_packs, layout_pack
@@ -212,8 +212,8 @@ def run_loader(samples: int, seq_length: int, buffer: int) -> None:
     class UnpackedTaskEncoder(PackingTaskEncoder):
         """The same tokenization and batch layout, each document alone (no packing)."""
 
-        def build_batch(self, dataset, **settings):  # noqa: ANN001, ANN201
-            return TaskEncoder.build_batch(self, dataset, **settings)  # no packing buffer, and none asked for
+        def before_batching(self, dataset, **settings):  # noqa: ANN001, ANN201
+            return dataset, None  # no packing buffer, and none asked for
 
         def batch(self, samples: list[TokenizedDocument]):  # noqa: ANN201
             flat = flatten_packs([layout_pack([s.input_ids]) for s in samples])
