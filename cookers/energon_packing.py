@@ -6,11 +6,12 @@ The steps map onto energon's hooks one to one:
   `prompt` + `completion` fields for SFT) becomes a `TextDocument`.
 - `encode_sample`: tokenize; apply the over-long policy here, so that energon's packing buffer only holds
   pieces that fit (`chunk` yields several pieces of one document; it is a generator for that reason); the
-  policy itself is `cookers.packing.fit_pieces`, applied to one document.
+  policy itself is `cookers.packing.fit_pieces`, applied to one document. A document of no tokens yields
+  nothing.
 - `select_samples_to_pack` (stateless): plan bins over the buffer's lengths with `cookers.packing`; every
   sample of the buffer lands in exactly one group (energon drops what this leaves out).
 - `pack_selected_samples` (stateless): lay a group out with `cookers.packed_layout`.
-- `concat` takes no part in energon's packing buffer: `build_batch` puts a `ConcatPacksDataset` in its place,
+- `concat` takes no part in energon's packing buffer: `before_batching` puts a `ConcatPacksDataset` in its place,
   which cuts each window of `packing_buffer_size` documents, as one stream, into packs of `seq_length`
   tokens. energon's buffer forgets a group once it starts packing it, so a loader saved part-way through
   a window's packs would lose the rest; `ConcatPacksDataset` saves its window and the packs handed on.
@@ -278,11 +279,15 @@ class PackingTaskEncoder(
 
     @stateless
     def encode_sample(self, sample: TextDocument) -> Generator[TokenizedDocument, None, None]:
-        """Tokenize one document and yield it, or its pieces when it is over-long and the policy cuts it."""
+        """Tokenize one document and yield it, or its pieces when it is over-long and the policy cuts it.
+        A document of no tokens (empty text, with a tokenizer that adds no marks) yields nothing: packed,
+        it would be a sequence of length 0, and a buffer of only such documents a batch of no tokens."""
         if sample.text is not None:
             ids, mask = self.tokenizer.encode(sample.text), None
         else:
             ids, mask = self.tokenizer.encode_prompt_completion(sample.prompt, sample.completion)
+        if not len(ids):
+            return
         if len(ids) <= self.seq_length or self.algorithm == "concat":  # concat cuts the stream itself
             yield TokenizedDocument.derive_from(sample, input_ids=ids, loss_mask=mask)
             return

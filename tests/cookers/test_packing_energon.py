@@ -207,3 +207,24 @@ def test_the_aux_media_cooker_keeps_its_earlier_module_name():
     import cookers.energon_aux_media
 
     assert cookers.aux_media.AuxMediaTaskEncoder is cookers.energon_aux_media.AuxMediaTaskEncoder
+
+
+@pytest.mark.parametrize("algorithm", ["bfd", "concat"])
+def test_documents_of_no_tokens_are_left_out_not_packed_as_empty_sequences(tmp_path, algorithm):
+    """With a tokenizer that adds no marks, empty text has no tokens: packed, it was a sequence of length
+    0 in cu_seq_lens (and a buffer of only such documents a batch of no tokens)."""
+    path = tmp_path / "tokenizer.json"
+    train_tokenizer(documents(100, seed=1), vocab_size=300).save(str(path))
+    bare = load_tokenizer(path, add_bos=False, add_eos=False)
+    texts = ["" if index % 3 == 0 or 12 <= index < 20 else f"word {index} " * 3 for index in range(30)]
+    folder = tmp_path / "shards"
+    keys = write_shards(folder, [{"text": text} for text in texts], per_shard=10)
+    prepare(folder)
+    encoder = PackingTaskEncoder(bare, 32, algorithm=algorithm)
+    seen, tokens = set(), 0
+    for batch in get_loader(load(folder, encoder, buffer=4, batch_size=1)):
+        assert batch.num_tokens > 0 and (batch.cu_seq_lens_q.diff() > 0).all(), batch.cu_seq_lens_q
+        seen.update(key.split("#")[0] for pack in batch.document_keys for key in pack)
+        tokens += batch.num_tokens
+    assert seen == {key for key, text in zip(keys, texts, strict=True) if text}
+    assert tokens == sum(len(ids) for ids in bare.encode_batch(texts))
