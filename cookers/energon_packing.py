@@ -11,9 +11,9 @@ The steps map onto energon's hooks one to one:
 - `select_samples_to_pack` (stateless): plan bins over the buffer's lengths with `cookers.packing`; every
   sample of the buffer lands in exactly one group (energon drops what this leaves out).
 - `pack_selected_samples` (stateless): lay a group out with `cookers.packed_layout`.
-- `concat` takes no part in energon's packing buffer: `before_batching` puts a `ConcatPacksDataset` in its place,
-  which cuts each window of `packing_buffer_size` documents, as one stream, into packs of `seq_length`
-  tokens. energon's buffer forgets a group once it starts packing it, so a loader saved part-way through
+- `concat` takes no part in energon's packing buffer: `before_batching` puts a `ConcatPacksDataset` in its
+  place, which cuts each window of `packing_buffer_size` documents, as one stream, into packs of
+  `seq_length` tokens. energon's buffer forgets a group once it starts packing it, so a loader saved part-way through
   a window's packs would lose the rest; `ConcatPacksDataset` saves its window and the packs handed on.
 - `batch`: join the packs of a batch into one padding-free row of torch tensors, the layout of Hugging
   Face's flash-attention path (`cu_seq_lens_q/k`, `max_length_q/k`, `position_ids`); Megatron's
