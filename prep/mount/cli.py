@@ -16,7 +16,7 @@ import click
 
 from prep.cli import dataset_argument
 from prep.errors import PrepError
-from prep.mount.device import mounted_here, server_gone, unmount
+from prep.mount.device import FS_TYPE, mounted_here, server_gone, unmount
 from prep.mount.tree import View
 
 if TYPE_CHECKING:
@@ -113,8 +113,14 @@ def mount_command(
 def umount_command(mountpoint: Path, lazy: bool) -> None:
     """Unmount a dataset mounted with `shardprep mount`."""
     mountpoint = mountpoint.absolute()
-    if mounted_here(str(mountpoint)) is None:
+    kind = mounted_here(str(mountpoint))
+    if kind is None:
         raise PrepError(f"{mountpoint} is not a mount point, so there is nothing to unmount.")
+    if kind != FS_TYPE:
+        raise PrepError(
+            f"{mountpoint} is a {kind} mount, not a dataset mounted with `shardprep mount`; it was left"
+            " mounted. Unmount it with the tool that mounted it (or `umount`) if that is what you meant."
+        )
     dead = server_gone(str(mountpoint))
     reason = unmount(str(mountpoint), lazy)
     if reason is not None:

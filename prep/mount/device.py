@@ -21,6 +21,9 @@ import subprocess
 from prep.errors import PrepError
 
 FUSE_DEVICE = "/dev/fuse"
+#: The mount table's type of every mount `mount_device` makes (FUSE's type, our subtype).
+FS_SUBTYPE = "shardprep"
+FS_TYPE = f"fuse.{FS_SUBTYPE}"
 FUSE_INSTALL_HINT = (
     "On Debian/Ubuntu install it with `apt-get install fuse3`; in a container also start it with"
     " `--device /dev/fuse --cap-add SYS_ADMIN`."
@@ -92,7 +95,7 @@ def fuse_problem() -> str | None:
 
 def _mount_options(fsname: str) -> str:
     safe_name = fsname.replace(",", "_").replace("\\", "_")
-    return f"ro,nosuid,nodev,default_permissions,fsname={safe_name},subtype=shardprep"
+    return f"ro,nosuid,nodev,default_permissions,fsname={safe_name},subtype={FS_SUBTYPE}"
 
 
 def _mount_with_fusermount(mountpoint: str, fsname: str) -> int:
@@ -129,7 +132,7 @@ def _mount_as_root(mountpoint: str, fsname: str) -> int:
     ).encode()
     flags = 1 | 2 | 4  # MS_RDONLY | MS_NOSUID | MS_NODEV
     source = fsname.replace(",", "_").encode()
-    if libc.mount(source, mountpoint.encode(), b"fuse.shardprep", flags, options) != 0:
+    if libc.mount(source, mountpoint.encode(), FS_TYPE.encode(), flags, options) != 0:
         os.close(fd)
         code = ctypes.get_errno()
         raise PrepError(f"Mounting at {mountpoint} failed: {os.strerror(code)}. {FUSE_INSTALL_HINT}")

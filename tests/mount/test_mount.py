@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from prep.index.group import key_and_part
-from prep.mount.device import fuse_problem
+from prep.mount.device import fuse_problem, mounted_here
 from tests.support.datasets import (
     BIG_PART_BYTES,
     PREPARERS,
@@ -450,3 +451,34 @@ def test_umount_of_a_busy_mount_says_so_and_lazy_detaches_it(base, tmp_path):
         finally:
             reader.close()
         assert end_process(mounted.pid), "the server did not end once the last file closed"
+
+
+def dead_fuse_mount_of_another_program(mountpoint: Path) -> None:
+    """Mount an unserved FUSE filesystem of subtype `other` at `mountpoint` and drop its device: a mount
+    `shardprep mount` did not make (as sshfs's would be), whose server is gone, so no access waits on it."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        subprocess.run(
+            ["fusermount3", "-o", "ro,subtype=other,fsname=other", "--", str(mountpoint)],
+            env={**os.environ, "_FUSE_COMMFD": str(theirs.fileno())},
+            pass_fds=(theirs.fileno(),), check=True,
+        )  # fmt: skip
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    for fd in fds:
+        os.close(fd)
+
+
+@pytest.mark.skipif(
+    shutil.which("fusermount3") is None, reason="mounting another FUSE type needs fusermount3"
+)
+def test_umount_refuses_a_mount_that_shardprep_did_not_make(tmp_path):
+    mountpoint = tmp_path / "other"
+    mountpoint.mkdir()
+    dead_fuse_mount_of_another_program(mountpoint)
+    try:
+        result = run_shardprep("umount", str(mountpoint))
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "is a fuse.other mount, not a dataset mounted with `shardprep mount`" in result.stderr
+        assert mounted_here(str(mountpoint)) == "fuse.other"
+    finally:
+        unmount_quietly(mountpoint)
