@@ -39,11 +39,17 @@ def _check_mountpoint(mountpoint: Path, dataset: PreparedDataset) -> None:
             f"{mountpoint} is already a mount point{gone if server_gone(str(mountpoint)) else ''}. Unmount it"
             f" first with `shardprep umount {mountpoint}`."
         )
-    if mountpoint.exists() and not mountpoint.is_dir():
+    try:
+        if mountpoint.exists() and not mountpoint.is_dir():
+            raise PrepError(
+                f"The mount point {mountpoint} is a file; give an empty folder (or a path to create)."
+            )
+        mountpoint.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
         raise PrepError(
-            f"The mount point {mountpoint} is a file; give an empty folder (or a path to create)."
-        )
-    mountpoint.mkdir(parents=True, exist_ok=True)
+            f"The mount point {mountpoint} cannot be made a folder: {error.strerror} ({error.filename})."
+            " Give an empty folder, or a path to create in a writable folder."
+        ) from None
 
 
 def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | None:

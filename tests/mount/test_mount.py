@@ -482,3 +482,12 @@ def test_umount_refuses_a_mount_that_shardprep_did_not_make(tmp_path):
         assert mounted_here(str(mountpoint)) == "fuse.other"
     finally:
         unmount_quietly(mountpoint)
+
+
+def test_a_mount_point_that_cannot_be_created_is_one_message_not_a_traceback(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    (tmp_path / "a-file").write_text("not a folder")
+    mountpoint = tmp_path / "a-file" / "mnt"
+    result = run_shardprep("mount", str(dataset), str(mountpoint))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"The mount point {mountpoint} cannot be made a folder: Not a directory" in result.stderr
