@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 READY_PREFIX = "mounted at "
 
 
+def _real(mountpoint: Path) -> Path:
+    """The mount point with its links resolved: the kernel mounts on the folder a link leads to (the mount
+    table names that one), and fusermount3 refuses a link as the last component."""
+    return Path(os.path.realpath(mountpoint))
+
+
 def _check_mountpoint(mountpoint: Path, dataset: PreparedDataset) -> None:
     over = _dataset_file_below(mountpoint, dataset)
     if over is not None:
@@ -94,7 +100,7 @@ def mount_command(
     problem = fuse_problem()
     if problem is not None:
         raise PrepError(f"Cannot mount: {problem}")
-    dataset, mountpoint = dataset.absolute(), mountpoint.absolute()
+    dataset, mountpoint = dataset.absolute(), _real(mountpoint)
     tree = MountTree(PreparedDataset(dataset), View(view), split)
     tree.index.check()
     _check_mountpoint(mountpoint, tree.dataset)
@@ -118,7 +124,7 @@ def mount_command(
 )
 def umount_command(mountpoint: Path, lazy: bool) -> None:
     """Unmount a dataset mounted with `shardprep mount`."""
-    mountpoint = mountpoint.absolute()
+    mountpoint = _real(mountpoint)
     kind = mounted_here(str(mountpoint))
     if kind is None:
         raise PrepError(f"{mountpoint} is not a mount point, so there is nothing to unmount.")

@@ -491,3 +491,24 @@ def test_a_mount_point_that_cannot_be_created_is_one_message_not_a_traceback(bas
     result = run_shardprep("mount", str(dataset), str(mountpoint))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"The mount point {mountpoint} cannot be made a folder: Not a directory" in result.stderr
+
+
+@pytest.mark.parametrize("through", ["a link to the folder", "a linked folder above it"])
+def test_a_mount_point_reached_through_a_link_mounts_and_unmounts_by_that_path(base, tmp_path, through):
+    dataset = prepared_dataset(base, "energon")
+    (tmp_path / "real" / "mnt").mkdir(parents=True)
+    if through == "a link to the folder":
+        (tmp_path / "link").symlink_to(tmp_path / "real" / "mnt")
+        mountpoint = tmp_path / "link"
+    else:
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        mountpoint = tmp_path / "link" / "mnt"
+    try:
+        mounted = run_shardprep("mount", str(dataset), str(mountpoint))
+        assert mounted.returncode == 0, mounted.stderr
+        assert (mountpoint / "s0_000.txt").read_bytes() == b"sample 0\n"
+        result = run_shardprep("umount", str(mountpoint))
+        assert result.returncode == 0, result.stderr
+        assert mounted_here(str(tmp_path / "real" / "mnt")) is None
+    finally:
+        unmount_quietly(tmp_path / "real" / "mnt")
