@@ -316,17 +316,24 @@ PartRow = tuple[int, str, str, int, int, int, int]
 
 _SAMPLE = "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples"
 # A sample's parts with what finds them again (PartRow), in the order of the covering index, so a repeated
-# part name's first row is its first member.
+# part name's last row is its last member.
 _SAMPLE_PARTS = (
     "SELECT s.rowid, s.sample_key, sp.part_name, sp.rowid, sp.tar_file_id, sp.content_byte_offset,"
     " sp.content_byte_size FROM samples s"
     " JOIN sample_parts sp ON sp.tar_file_id = s.tar_file_id AND sp.sample_index = s.sample_index"
     " WHERE {where}{shards} ORDER BY s.rowid, sp.part_name, sp.content_byte_offset"
 )
+# A part no later member of its sample has the same name as: the one energon's loader keeps, each later
+# member of a name replacing the one before.
+_LAST_OF_ITS_NAME = (
+    " AND NOT EXISTS (SELECT 1 FROM sample_parts later WHERE later.tar_file_id = sp.tar_file_id"
+    " AND later.sample_index = sp.sample_index AND later.part_name = sp.part_name"
+    " AND later.content_byte_offset > sp.content_byte_offset)"
+)
 _PART_FILES_PAGE = (
     "SELECT s.sample_key || '.' || sp.part_name, sp.rowid, sp.content_byte_size FROM sample_parts sp"
     " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
-    " WHERE sp.rowid > ?{shards} ORDER BY sp.rowid LIMIT ?"
+    " WHERE sp.rowid > ?{shards}" + _LAST_OF_ITS_NAME + " ORDER BY sp.rowid LIMIT ?"
 )
 
 
@@ -470,13 +477,14 @@ class IndexReader:
         return None if row is None else PartLocation(*row)
 
     def part_files_page(self, after_rowid: int, limit: int) -> list[tuple[str, int, int]]:
-        """(`KEY.PART`, part rowid, size) of up to `limit` parts after `after_rowid`, in rowid order."""
+        """(`KEY.PART`, part rowid, size) of up to `limit` parts after `after_rowid`, in rowid order; of
+        a part name a sample holds more than once, only its last member (the one energon loads)."""
         return self._db().execute(self._part_files_page, (after_rowid, limit)).fetchall()
 
     def part_usage(self) -> tuple[int, int]:
-        """(total bytes, count) of the parts."""
+        """(total bytes, count) of the parts `part_files_page` lists."""
         query = "SELECT COALESCE(SUM(sp.content_byte_size), 0), COUNT(*) FROM sample_parts sp WHERE 1"
-        total, count = self._db().execute(query + self._in_shards("sp.")).fetchone()
+        total, count = self._db().execute(query + self._in_shards("sp.") + _LAST_OF_ITS_NAME).fetchone()
         return int(total), int(count)
 
     # -- whole columns ------------------------------------------------------------------------------------

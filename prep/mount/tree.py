@@ -107,7 +107,7 @@ def _page(entries: Sequence[tuple[str, int, int]], start: int, limit: int) -> li
             for position, (name, node, size) in enumerate(entries[first : first + limit], first)]  # fmt: skip
 
 
-#: A sample's parts as a folder view keeps them: its part files by name (each name's first member; None
+#: A sample's parts as a folder view keeps them: its part files by name (each name's last member; None
 #: until a lookup needs them) and its rows (`PartRow`s, by part name), for its listing. Plain tuples and
 #: dicts of plain values: the garbage collector soon stops visiting them.
 _Parts = tuple[dict[str, Node] | None, tuple[PartRow, ...]]
@@ -143,8 +143,8 @@ class _SampleCache:
         by_name: dict[str, Node] = {}
         locations = self.locations
         for _, _, part, part_rowid, tar_file_id, offset, size in rows:
-            if part not in by_name:  # rows by name then offset: a repeated name's first member
-                by_name[part] = Node(node_id(PART, part_rowid), False, size)
+            # Rows by name then offset: a repeated name's last member stays, as energon's loader keeps it.
+            by_name[part] = Node(node_id(PART, part_rowid), False, size)
             locations[part_rowid] = PartLocation(tar_file_id, offset, size)
         return by_name
 
@@ -157,13 +157,16 @@ class _SampleCache:
         return by_name
 
     def listing(self, rowid: int) -> tuple[tuple[str, int, int], ...]:
-        """A kept sample folder's parts as it shows them, `(shown name, node id, size)`, in tar order."""
+        """A kept sample folder's parts as it shows them, `(shown name, node id, size)`, in tar order: a
+        name once, as its last member (the file a lookup of it finds)."""
         files = self.listings.get(rowid)
         if files is None:
             in_tar_order = sorted(self.samples[rowid][1], key=itemgetter(5))  # by content offset
+            last = {part: (part_rowid, size) for _, _, part, part_rowid, _, _, size in in_tar_order}
             files = tuple(
                 (escape_name(part), node_id(PART, part_rowid), size)
                 for _, _, part, part_rowid, _, _, size in in_tar_order
+                if last[part][0] == part_rowid
             )
             self.listings[rowid] = files
         return files

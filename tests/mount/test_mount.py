@@ -512,3 +512,27 @@ def test_a_mount_point_reached_through_a_link_mounts_and_unmounts_by_that_path(b
         assert mounted_here(str(tmp_path / "real" / "mnt")) is None
     finally:
         unmount_quietly(tmp_path / "real" / "mnt")
+
+
+@pytest.mark.parametrize("view", ["flat", "sample", "shard"])
+def test_a_part_a_sample_holds_twice_is_one_file_with_the_member_energon_loads(tmp_path, view):
+    # energon's loader keeps the last member of a part name (each replaces the one before).
+    dataset = tmp_path / "twice"
+    dataset.mkdir()
+    with tarfile.open(dataset / "a.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in [("a.txt", b"first"), ("a.txt", b"second!"), ("a.cls", b"1"), ("b.txt", b"b")]:
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    run_shardprep(
+        "prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True
+    )
+    folder = {"flat": "", "sample": "a/", "shard": "a.tar/a/"}[view]
+    name = folder + ("a.txt" if view == "flat" else "txt")
+    with Mounted(dataset, tmp_path / "mnt", "--view", view) as mounted:
+        assert (mounted.mountpoint / name).read_bytes() == b"second!"  # looked up, never listed
+        listed = os.listdir(mounted.mountpoint / folder)
+        assert sorted(listed) == sorted(set(listed)), listed
+        found = files_under(mounted.mountpoint)
+        assert found[name] == b"second!" and len(found) == 3
+        assert os.statvfs(mounted.mountpoint).f_files == 3
