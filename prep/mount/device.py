@@ -17,6 +17,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 
 from prep.errors import PrepError
 
@@ -60,9 +61,12 @@ def mounted_here(path: str) -> str | None:
 
 def server_gone(path: str) -> bool:
     """Whether `path` is a FUSE mount whose server has died: ENOTCONN, or ECONNABORTED where the kernel
-    aborted the connection (seen on mounts made through fusermount3)."""
+    aborted the connection (seen on mounts made through fusermount3).
+
+    Asks the server: the lookup of a name never used before, which the kernel cannot answer from what
+    it keeps (a stat of the mount point it answers from attributes it cached while the server lived)."""
     try:
-        os.stat(path)
+        os.stat(os.path.join(path, f".shardprep-probe-{os.getpid()}-{time.monotonic_ns()}"))
     except OSError as error:
         return error.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False

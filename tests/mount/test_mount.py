@@ -536,3 +536,43 @@ def test_a_part_a_sample_holds_twice_is_one_file_with_the_member_energon_loads(t
         found = files_under(mounted.mountpoint)
         assert found[name] == b"second!" and len(found) == 3
         assert os.statvfs(mounted.mountpoint).f_files == 3
+
+
+# A server with no one to unmount after it: the device mounted and served, nothing else.
+BARE_SERVER = """
+import sys, threading
+from prep.index.dataset import PreparedDataset
+from prep.mount.device import mount_device
+from prep.mount.session import FuseSession, Owner
+from prep.mount.tree import MountTree
+device = mount_device(sys.argv[2], "shardprep:bare")
+session = FuseSession(device, MountTree(PreparedDataset(sys.argv[1])), Owner(0, 0, 0, 0))
+session.start()
+session.initialised.wait(30)
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_dead_mount_is_named_dead_after_its_attributes_were_cached(base, tmp_path):
+    # The kernel answers a stat of the mount point from what it cached while the server lived.
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-c", BARE_SERVER, str(dataset), str(mountpoint)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout.readline() == "ready\n"
+        assert os.listdir(mountpoint) and os.stat(mountpoint)
+        server.kill()
+        server.wait(10)
+        again = run_shardprep("mount", str(dataset), str(mountpoint))
+        assert again.returncode != 0 and "whose server has died" in again.stderr, again.stderr
+        result = run_shardprep("umount", str(mountpoint), check=True)
+        assert "its server had died" in result.stdout
+    finally:
+        server.kill()
+        server.communicate()
+        unmount_quietly(mountpoint)
