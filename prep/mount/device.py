@@ -2,8 +2,9 @@
 
 Mounting uses `fusermount3` (so ordinary users can mount: it opens `/dev/fuse`, mounts it and passes the
 open device back over a socket) and falls back to mount(2) for root, as libfuse does. Unmounting uses
-`fusermount3`, else `umount`, else umount2(2) as root. Every refusal comes back as a PrepError that
-says what to install or check.
+`fusermount3`, else `umount`, else umount2(2) as root; a server's mount is unmounted by a watcher if
+the server ends without unmounting it (`unmount_if_left_dead`). Every refusal comes back as a PrepError
+that says what to install or check.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -151,6 +153,37 @@ def mount_device(mountpoint: str, fsname: str) -> int:
     if shutil.which("fusermount3") is not None:
         return _mount_with_fusermount(mountpoint, fsname)
     return _mount_as_root(mountpoint, fsname)
+
+
+def unmount_if_left_dead(mountpoint: str) -> int:
+    """Start a watcher that unmounts the mount at `mountpoint` if its server ends without unmounting it
+    (SIGKILL, the OOM killer, a closed terminal), so no "Transport endpoint is not connected" is left.
+
+    Returns a descriptor for the server to hold while it serves: when every copy of it is closed,
+    however the server ended, the watcher wakes, unmounts (lazily) a mount of ours still at
+    `mountpoint` whose server is gone, and exits. It holds nothing else open (not the FUSE device,
+    whose last copy closing is what tells the kernel the server is gone), and it is in a session of its
+    own, so the signals of the server's terminal do not reach it. Call it before starting threads.
+    """
+    watch, held = os.pipe()
+    pid = os.fork()
+    if pid != 0:
+        os.close(watch)
+        return held
+    try:  # the watcher
+        os.setsid()
+        watch = fcntl.fcntl(watch, fcntl.F_DUPFD, 3)  # above the standard streams, replaced next
+        null = os.open(os.devnull, os.O_RDWR)
+        for stream in (0, 1, 2):
+            os.dup2(null, stream)
+        os.closerange(3, watch)
+        os.closerange(watch + 1, os.sysconf("SC_OPEN_MAX"))
+        while os.read(watch, 1):
+            pass
+        if mounted_here(mountpoint) == FS_TYPE and server_gone(mountpoint):
+            unmount(mountpoint, lazy=True)
+    finally:
+        os._exit(0)
 
 
 def unmount(mountpoint: str, lazy: bool = False) -> str | None:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from prep.errors import PrepError
-from prep.mount.device import mount_device, unmount
+from prep.mount.device import mount_device, unmount, unmount_if_left_dead
 from prep.mount.session import FuseSession, Owner
 from prep.mount.tree import MountTree
 
@@ -31,7 +31,9 @@ def _mount(tree: MountTree, mountpoint: str) -> int:
 
 
 def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | None) -> None:
-    """Serve until unmounted; Ctrl-C or SIGTERM unmount first (lazily if files are still open)."""
+    """Serve until unmounted; Ctrl-C or SIGTERM unmount first (lazily if files are still open), and a
+    watcher unmounts if this process ends any other way."""
+    guard = unmount_if_left_dead(mountpoint)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         session.start()
@@ -50,6 +52,7 @@ def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | N
     finally:
         signal.signal(signal.SIGTERM, previous)
         os.close(session.device)
+        os.close(guard)
         session.tree.close()
 
 

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -419,12 +420,68 @@ def test_hostile_names_stay_inside_the_mount_in_every_view(tmp_path):
             assert files, f"the {view} view is empty"
 
 
-def test_a_killed_server_leaves_a_dead_mount_that_umount_cleans_and_a_new_mount_works(base, tmp_path):
+def dead_fuse_mount(mountpoint: Path, subtype: str) -> None:
+    """Mount an unserved FUSE filesystem of `subtype` at `mountpoint` and drop its device: the mount a
+    killed server leaves where nothing unmounts it (or, of another subtype, one `shardprep mount` did not
+    make, as sshfs's would be). No access waits on it: each fails at once."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        subprocess.run(
+            ["fusermount3", "-o", f"ro,subtype={subtype},fsname={subtype}", "--", str(mountpoint)],
+            env={**os.environ, "_FUSE_COMMFD": str(theirs.fileno())},
+            pass_fds=(theirs.fileno(),), check=True,
+        )  # fmt: skip
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    for fd in fds:
+        os.close(fd)
+
+
+def gone_within(mountpoint: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while mounted_here(str(mountpoint)) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("how", ["SIGKILL of the background server", "SIGHUP of the foreground mount"])
+def test_a_killed_server_leaves_no_dead_mount_and_a_new_mount_works(base, tmp_path, how):
     dataset = prepared_dataset(base, "energon")
     mountpoint = tmp_path / "mnt"
+    if how.endswith("background server"):
+        with Mounted(dataset, mountpoint) as mounted:
+            assert os.listdir(mountpoint)  # a folder opened: the kernel knows how the server opens them
+            os.kill(mounted.pid, signal.SIGKILL)
+            assert end_process(mounted.pid)
+            assert gone_within(mountpoint, 5), "the killed server's mount is still there"
+    else:  # a terminal closed under `mount --foreground`
+        process = subprocess.Popen(
+            [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--foreground"],
+            cwd=REPO, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
+            assert os.listdir(mountpoint)
+            process.send_signal(signal.SIGHUP)
+            process.wait(10)
+            assert gone_within(mountpoint, 5), "the mount of the hung-up process is still there"
+        finally:
+            process.kill()
+            process.communicate()
+            unmount_quietly(mountpoint)
     with Mounted(dataset, mountpoint) as mounted:
-        os.kill(mounted.pid, signal.SIGKILL)
-        assert end_process(mounted.pid)
+        assert files_under(mounted.mountpoint) == expected_files(dataset, "flat")
+
+
+@pytest.mark.skipif(shutil.which("fusermount3") is None, reason="making a dead mount needs fusermount3")
+def test_a_dead_mount_is_refused_by_mount_cleaned_by_umount_and_a_new_mount_works(base, tmp_path):
+    # As root without fusermount3 (mount(2)), nothing unmounts the mount of a killed server.
+    dataset = prepared_dataset(base, "energon")
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    dead_fuse_mount(mountpoint, "shardprep")
+    try:
         with pytest.raises(OSError) as raised:
             os.stat(mountpoint)
         assert raised.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the latter via fusermount3
@@ -432,6 +489,8 @@ def test_a_killed_server_leaves_a_dead_mount_that_umount_cleans_and_a_new_mount_
         assert again.returncode != 0 and "server has died" in again.stderr and "umount" in again.stderr
         result = run_shardprep("umount", str(mountpoint), check=True)
         assert "its server had died" in result.stdout
+    finally:
+        unmount_quietly(mountpoint)
     with Mounted(dataset, mountpoint) as mounted:
         assert files_under(mounted.mountpoint) == expected_files(dataset, "flat")
 
@@ -453,28 +512,13 @@ def test_umount_of_a_busy_mount_says_so_and_lazy_detaches_it(base, tmp_path):
         assert end_process(mounted.pid), "the server did not end once the last file closed"
 
 
-def dead_fuse_mount_of_another_program(mountpoint: Path) -> None:
-    """Mount an unserved FUSE filesystem of subtype `other` at `mountpoint` and drop its device: a mount
-    `shardprep mount` did not make (as sshfs's would be), whose server is gone, so no access waits on it."""
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        subprocess.run(
-            ["fusermount3", "-o", "ro,subtype=other,fsname=other", "--", str(mountpoint)],
-            env={**os.environ, "_FUSE_COMMFD": str(theirs.fileno())},
-            pass_fds=(theirs.fileno(),), check=True,
-        )  # fmt: skip
-        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
-    for fd in fds:
-        os.close(fd)
-
-
 @pytest.mark.skipif(
     shutil.which("fusermount3") is None, reason="mounting another FUSE type needs fusermount3"
 )
 def test_umount_refuses_a_mount_that_shardprep_did_not_make(tmp_path):
     mountpoint = tmp_path / "other"
     mountpoint.mkdir()
-    dead_fuse_mount_of_another_program(mountpoint)
+    dead_fuse_mount(mountpoint, "other")
     try:
         result = run_shardprep("umount", str(mountpoint))
         assert result.returncode == 1 and "Traceback" not in result.stderr
