@@ -227,11 +227,17 @@ class FuseSession:
         self._reply(unique, data)
 
     def _read_waiting(self, unique: int, nodeid: int, offset: int, size: int) -> None:
+        """A read in a pool thread: answered whatever happens (a request never answered hangs its
+        reader), as the serving loop answers what it handles itself."""
         try:
             data = self.tree.read(nodeid, offset, size)
         except FileNotFoundError:
             self._error(unique, errno.ENOENT)
         except OSError:
+            self._error(unique, errno.EIO)
+        except Exception as error:  # noqa: BLE001 - e.g. the index gone: an I/O error for this read
+            if self.trace:
+                print(f"fuse: READ failed: {error!r}", file=sys.stderr, flush=True)
             self._error(unique, errno.EIO)
         else:
             self._reply(unique, data)

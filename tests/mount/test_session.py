@@ -123,3 +123,27 @@ def test_forget_interrupt_and_unknown_requests_never_stop_the_session(dataset):
         assert (error, unique) == (0, alive) and len(body) == wire.ATTR_OUT_HEAD.size + wire.ATTR.size
     finally:
         kernel.close()
+
+
+def test_a_read_that_fails_other_than_with_an_os_error_in_a_pool_thread_is_answered_eio(dataset):
+    # A read the page cache cannot answer goes to a pool thread; the index gone from under it there
+    # (its first query there opens it: a PrepError) must still be answered, or its reader waits for ever.
+    from prep.errors import PrepError
+
+    kernel = Kernel(dataset)
+    tree = kernel.session.tree
+
+    def not_cached(node: int, offset: int, into: memoryview) -> memoryview:
+        raise BlockingIOError(errno.EAGAIN, "not in the page cache")
+
+    def index_gone(node: int, offset: int, size: int) -> bytes:
+        raise PrepError("index.sqlite is missing")
+
+    tree.read_cached, tree.read = not_cached, index_gone
+    try:
+        kernel.send(wire.Opcode.INIT, init_request(38, 0))
+        assert kernel.reply()[0] == 0
+        read = kernel.send(wire.Opcode.READ, wire.READ_IN.pack(0, 0, 4096, 0) + bytes(24), nodeid=7)
+        assert kernel.reply()[:2] == (-errno.EIO, read)
+    finally:
+        kernel.close()
