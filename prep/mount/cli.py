@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from prep.cli import dataset_argument
+from prep.cli import DatasetLocation
 from prep.errors import PrepError
 from prep.mount.device import FS_TYPE, mounted_here, server_gone, unmount
 from prep.mount.tree import View
@@ -71,7 +71,7 @@ def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | Non
 
 
 @click.command("mount")
-@dataset_argument
+@click.argument("dataset", type=DatasetLocation())
 @click.argument("mountpoint", type=click.Path(path_type=Path))
 @click.option(
     "--view",
@@ -84,7 +84,7 @@ def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | Non
 @click.option("--foreground", "-f", is_flag=True, help="Serve in this process until Ctrl-C or umount.")
 @click.option("--debug", is_flag=True, help="Print each FUSE request to stderr (implies --foreground).")
 def mount_command(
-    dataset: Path,
+    dataset: Path | str,
     mountpoint: Path,
     view: str,
     split: str | None,
@@ -97,6 +97,12 @@ def mount_command(
     from prep.mount.serve import serve, serve_in_background
     from prep.mount.tree import MountTree
 
+    if isinstance(dataset, str):  # s3:// or msc://
+        raise PrepError(
+            f"{dataset} is in object storage; `shardprep mount` serves a dataset in a local folder (or on a"
+            " filesystem mounted here). Copy it to a folder first, or mount the bucket with an S3 FUSE"
+            " filesystem (s3fs, mountpoint-s3) and give the dataset's folder in it."
+        )
     problem = fuse_problem()
     if problem is not None:
         raise PrepError(f"Cannot mount: {problem}")

@@ -620,3 +620,13 @@ def test_a_dead_mount_is_named_dead_after_its_attributes_were_cached(base, tmp_p
         server.kill()
         server.communicate()
         unmount_quietly(mountpoint)
+
+
+@pytest.mark.parametrize("address", ["s3://bucket/dataset", "msc://profile/dataset"])
+def test_a_dataset_in_a_bucket_is_refused_by_its_address(tmp_path, address):
+    result = run_shardprep("mount", address, str(tmp_path / "mnt"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{address} is in object storage; `shardprep mount` serves a dataset in a local folder" in (
+        result.stderr
+    )
+    assert not (tmp_path / "mnt").exists()
