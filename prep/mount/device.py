@@ -162,8 +162,9 @@ def unmount_if_left_dead(mountpoint: str) -> int:
     Returns a descriptor for the server to hold while it serves: when every copy of it is closed,
     however the server ended, the watcher wakes, unmounts (lazily) a mount of ours still at
     `mountpoint` whose server is gone, and exits. It holds nothing else open (not the FUSE device,
-    whose last copy closing is what tells the kernel the server is gone), and it is in a session of its
-    own, so the signals of the server's terminal do not reach it. Call it before starting threads.
+    whose last copy closing is what tells the kernel the server is gone, nor the folder it was started
+    in), and it is in a session of its own, so the signals of the server's terminal do not reach it.
+    Call it before starting threads.
     """
     watch, held = os.pipe()
     pid = os.fork()
@@ -172,6 +173,7 @@ def unmount_if_left_dead(mountpoint: str) -> int:
         return held
     try:  # the watcher
         os.setsid()
+        os.chdir("/")
         watch = fcntl.fcntl(watch, fcntl.F_DUPFD, 3)  # above the standard streams, replaced next
         null = os.open(os.devnull, os.O_RDWR)
         for stream in (0, 1, 2):

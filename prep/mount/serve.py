@@ -80,10 +80,11 @@ def serve_in_background(tree: MountTree, mountpoint: str) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
-    if child == 0:  # the server: its own session, no terminal, nothing to print
+    if child == 0:  # the server: its own session, no terminal, nothing to print, no folder kept busy
         os.close(ready_read)
         try:
             os.setsid()
+            os.chdir("/")
             null = os.open(os.devnull, os.O_RDWR)
             for stream in (0, 1, 2):
                 os.dup2(null, stream)

@@ -630,3 +630,22 @@ def test_a_dataset_in_a_bucket_is_refused_by_its_address(tmp_path, address):
         result.stderr
     )
     assert not (tmp_path / "mnt").exists()
+
+
+def test_the_background_server_and_its_watcher_keep_no_folder_busy(base, tmp_path):
+    # Started in a folder on another filesystem, they must not keep it from being unmounted.
+    dataset = prepared_dataset(base, "energon")
+    (tmp_path / "work").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(tmp_path / "mnt")],
+        cwd=tmp_path / "work", env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    server = int(re.search(r"\(pid (\d+)\)", result.stdout).group(1))
+    try:
+        children = [int(pid) for pid in Path(f"/proc/{server}/task/{server}/children").read_text().split()]
+        assert children, "the server started no watcher"
+        for pid in [server, *children]:
+            assert os.readlink(f"/proc/{pid}/cwd") == "/", pid
+    finally:
+        unmount_quietly(tmp_path / "mnt", server)
