@@ -19,7 +19,8 @@ its whole process tree):
 With ``--write-lines N`` the same ways (but energon) also run ``shardprep write`` of a plain JSONL file of
 N lines into one folder, and every file written (but ``index.uuid``) must be the same bytes each time.
 
-Printed: the median wall time, samples/s at that median, peak tree RSS, and the ratio to ``local``; the
+Printed: the median wall time, samples/s at that median, peak tree RSS, and the time per sample against
+``local``'s (a way run on a subset, energon by default, is set against ``local`` by its rate); the
 Ray target of issue 14 (Ray local within 15% of multiprocessing); and a projection of the issue's
 244M-sample / 4,000-shard case on 1, 8 and 64 workers from the measured costs (`project`, whose docstring
 states the model). After each shardprep run its output (every ``.tar.idx``, the sqlite rows,
@@ -174,14 +175,14 @@ def timed(ways: dict[str, Way], repeat: int, output: Callable[[], str], checked:
 
 def print_table(title: str, ways: dict[str, Way]) -> None:
     print(title)
-    local = ways["local"].wall
+    local = ways["local"].rate
     for name, way in ways.items():
         memory = f"{way.peak_rss_mb:8,.0f} MB" if way.peak_rss_mb is not None else "      n/a  "
         other = f"  other load {way.other_cores:.2f} cores" if way.other_cores is not None else ""
         note = f"  [{way.note}]" if way.note else ""
         print(
             f"  {name:12s} {way.wall:9.2f} s  {way.rate:12,.0f} samples/s  peak {memory}"
-            f"  {way.wall / local:6.2f} x local{other}{note}"
+            f"  {local / way.rate:6.2f} x local{other}{note}"
         )
 
 
