@@ -27,7 +27,7 @@ from pathlib import Path
 from tests.support.prepare import media_rows
 from tools import bench_datasets
 from tools.bench_datasets import Dataset
-from tools.bench_prepare import PREPARE_FLAGS, energon_executable, warm_cache
+from tools.bench_prepare import PREPARE_FLAGS, default_num_workers, energon_executable, warm_cache
 from tools.measure import measure
 
 MEDIA_FLAG = "--media-metadata-by-extension"
@@ -107,6 +107,14 @@ def bench_media(dataset: Dataset, repeat: int, workers: int | None, what: str) -
         f"{dataset.name}: {dataset.samples} samples ({dataset.samples} {what} parts) in {dataset.shards} shards,"
         f" {dataset.total_bytes() / 1e9:.2f} GB"
     )
+    if workers:
+        print(f"--num-workers {workers} for both")
+    else:
+        print(
+            "--num-workers: each tool's default, energon"
+            f" {default_num_workers('megatron.energon.tools.prepare', 'command')}, shardprep"
+            f" {default_num_workers('prep.prepare.cli', 'prepare_command')}"
+        )
     figures: dict = {"dataset": dataset.name, "samples": dataset.samples}
     rows = {}
     for tool, command in commands.items():
@@ -184,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audio-samples", type=int, default=4000)
     parser.add_argument("--audio-shards", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1, help="runs per tool; the median wall is reported")
-    parser.add_argument("--num-workers", type=int, default=None, help="for both tools [default: CPU count]")
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="for both tools [default: each tool's own, printed: energon's is not the CPU count]",
+    )
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)
     results = run(
