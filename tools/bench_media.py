@@ -118,7 +118,7 @@ def bench_media(dataset: Dataset, repeat: int, workers: int | None, what: str) -
     figures: dict = {"dataset": dataset.name, "samples": dataset.samples}
     rows = {}
     for tool, command in commands.items():
-        walls, measurement = [], None
+        runs = []
         for _ in range(repeat):
             warm_cache(dataset)  # every run reads the parts from memory, not only the ones after the first
             measurement, stderr = measure(command, cwd=REPO)
@@ -126,19 +126,20 @@ def bench_media(dataset: Dataset, repeat: int, workers: int | None, what: str) -
                 print(f"{tool} failed:\n{stderr.decode(errors='replace')[-2000:]}")
                 figures["index_equal"] = False
                 return figures
-            walls.append(measurement.wall_seconds)
+            runs.append(measurement)
         rows[tool] = media_rows(dataset.path)
+        # Times are the median of the runs, memory the largest of them (as in tools.bench_prepare).
         figures[tool] = {
-            "wall_seconds": statistics.median(walls),
-            "user_seconds": measurement.user_seconds,
-            "peak_tree_rss_mb": measurement.peak_tree_rss_mb,
-            "peak_tree_pss_mb": measurement.peak_tree_pss_mb,
-            "other_cores": measurement.other_cores,
+            "wall_seconds": statistics.median(run.wall_seconds for run in runs),
+            "user_seconds": statistics.median(run.user_seconds for run in runs),
+            "peak_tree_rss_mb": max(run.peak_tree_rss_mb for run in runs),
+            "peak_tree_pss_mb": max(run.peak_tree_pss_mb for run in runs),
+            "other_cores": statistics.median(run.other_cores for run in runs),
         }
         print(
-            f"{tool:>9}: {figures[tool]['wall_seconds']:8.2f} s wall, {measurement.user_seconds:8.2f} s user,"
-            f" peak tree RSS {measurement.peak_tree_rss_mb:7.1f} MB, PSS {measurement.peak_tree_pss_mb:7.1f} MB,"
-            f" other load {measurement.other_cores:.2f} cores"
+            f"{tool:>9}: {figures[tool]['wall_seconds']:8.2f} s wall, {figures[tool]['user_seconds']:8.2f} s user,"
+            f" peak tree RSS {figures[tool]['peak_tree_rss_mb']:7.1f} MB,"
+            f" PSS {figures[tool]['peak_tree_pss_mb']:7.1f} MB, other load {figures[tool]['other_cores']:.2f} cores"
         )
     same = rows["energon"] == rows["shardprep"]
     figures["index_equal"] = same
