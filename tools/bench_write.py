@@ -9,7 +9,8 @@ For each input, four commands run as separate processes, measured by ``tools.mea
 RSS of the process tree): ``shardprep write``; webdataset's ShardWriter writing the same parts; then
 ``energon prepare`` on its shards; and as the floor a bare Python loop that reads the same input and
 writes its bytes to one file. Both writers write the same bytes per part (the JSONL line as ``json``;
-the files as they are), and both outputs load in energon.
+the files as they are), and both outputs load in energon. The input is read into the page cache before
+each command that reads it (``energon prepare`` reads the shards ShardWriter has just written, as in use).
 
     python -m tools.bench_write                          # 1,000,000 rows and 50,000 images
     python -m tools.bench_write --rows 100000 --images 5000
@@ -109,7 +110,19 @@ def output_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run(argv: list[str], label: str) -> Measurement:
+def warm(source: Path) -> None:
+    """Read the input once, so every command starts from it in the page cache (not only those after the
+    first)."""
+    for path in sorted(source.iterdir()) if source.is_dir() else [source]:
+        with open(path, "rb", buffering=0) as file:
+            while file.read(1 << 24):
+                pass
+
+
+def run(argv: list[str], label: str, source: Path | None = None) -> Measurement:
+    """`argv` measured; with `source`, after reading it into the page cache."""
+    if source is not None:
+        warm(source)
     measurement, errors = measure(argv, cwd=REPO)
     if measurement.returncode != 0:
         sys.exit(f"{label} failed ({measurement.returncode}):\n{errors.decode(errors='replace')}")
@@ -137,6 +150,7 @@ def bench(name: str, source: Path, samples: int, work: Path, maxcount: int) -> N
             str(maxcount),
         ],
         "shardprep write",
+        source,
     )
     writer = run(
         [
@@ -148,6 +162,7 @@ def bench(name: str, source: Path, samples: int, work: Path, maxcount: int) -> N
             str(maxcount),
         ],
         "webdataset ShardWriter",
+        source,
     )
     energon = shutil.which("energon", path=str(Path(python).parent)) or "energon"
     prepare = run(
@@ -165,7 +180,9 @@ def bench(name: str, source: Path, samples: int, work: Path, maxcount: int) -> N
         "energon prepare",
     )
     floor = run(
-        [python, "-c", FLOOR_FOLDER if folder else FLOOR_TEXT, str(source), str(outs["floor"])], "floor"
+        [python, "-c", FLOOR_FOLDER if folder else FLOOR_TEXT, str(source), str(outs["floor"])],
+        "floor",
+        source,
     )
     size = input_bytes(source)
     their_wall = writer.wall_seconds + prepare.wall_seconds
