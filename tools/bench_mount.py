@@ -146,8 +146,12 @@ def _read_files(paths: list[str]) -> int:
     return total
 
 
-def time_reads(folder: Path, names: list[str], readers: int) -> tuple[float, float]:
-    """(files/s, MB/s) reading `names` under `folder` with `readers` processes."""
+def time_reads(
+    folder: Path, names: list[str], readers: int, members: dict[str, tuple[Path, int, int]]
+) -> tuple[float, float]:
+    """(files/s, MB/s) reading `names` under `folder` with `readers` processes; the benchmark stops if
+    the bytes read are not the files' sizes in the shards (`members`), or if some of the files, checked
+    afterwards, do not hold the shards' bytes: a fast wrong answer is worthless."""
     paths = [str(folder / name) for name in names]
     chunks = [paths[i::readers] for i in range(readers)]
     start = time.perf_counter()
@@ -157,15 +161,27 @@ def time_reads(folder: Path, names: list[str], readers: int) -> tuple[float, flo
         with Pool(readers) as pool:
             total = sum(pool.map(_read_files, chunks))
     seconds = time.perf_counter() - start
+    expected = sum(members[name][2] for name in names)
+    if total != expected:
+        sys.exit(f"reading {len(names):,} files under {folder} gave {total:,} bytes, not their {expected:,}")
+    for name in random.Random(1).sample(names, min(len(names), 200)):
+        shard, offset, size = members[name]
+        with open(shard, "rb") as file:
+            file.seek(offset)
+            if (folder / name).read_bytes() != file.read(size):
+                sys.exit(f"{folder / name} does not hold the bytes of {name} in {shard.name}")
     return len(paths) / seconds, total / seconds / 1e6
 
 
-def flat_names(dataset: Path) -> list[str]:
-    names = []
+def flat_members(dataset: Path) -> dict[str, tuple[Path, int, int]]:
+    """Each file of the flat view: (its shard, the offset of its bytes there, its size)."""
+    members = {}
     for shard in sorted(dataset.glob("*.tar")):
         with tarfile.open(shard) as tar:
-            names.extend(member.name for member in tar if member.isfile())
-    return names
+            for member in tar:
+                if member.isfile():
+                    members[member.name] = (shard, member.offset_data, member.size)
+    return members
 
 
 def extract(dataset: Path, folder: Path, per_sample: bool = False) -> None:
@@ -197,7 +213,8 @@ def bench_dataset(
     log(f"[{name}] preparing {dataset}")
     prepare(dataset)
     warm(dataset)
-    names = flat_names(dataset)
+    members = flat_members(dataset)
+    names = list(members)
     chosen = (
         names
         if read_files is None or read_files >= len(names)
@@ -241,7 +258,7 @@ def bench_dataset(
                 mountpoint = work / f"mnt-{tool}-read"
                 mount = Mount(tool, dataset, mountpoint, "flat")
                 try:
-                    files_s, mb_s = time_reads(mountpoint, chosen, readers)
+                    files_s, mb_s = time_reads(mountpoint, chosen, readers, members)
                     samples.setdefault((tool, readers), []).append((files_s, mb_s))
                     log(
                         f"[{name}] {tool} {readers} reader(s), run {repeat + 1}: {files_s:,.0f} files/s {mb_s:.1f} MB/s"
@@ -260,10 +277,10 @@ def bench_dataset(
     extract(dataset, per_sample, per_sample=True)
     # The reference is a normal folder as a user meets it after a first look: names and pages cached,
     # as the shards are for the mounts.
-    time_ls(folder), time_ls(per_sample), time_reads(folder, chosen, 1)
+    time_ls(folder), time_ls(per_sample), time_reads(folder, chosen, 1, members)
     row = {"ls_R_s_flat": time_ls(folder), "ls_R_s_sample": time_ls(per_sample)}
     for readers in (1, 4):
-        row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = time_reads(folder, chosen, readers)
+        row[f"files_s_{readers}"], row[f"MB_s_{readers}"] = time_reads(folder, chosen, readers, members)
     results["extracted"] = row
     return results
 
