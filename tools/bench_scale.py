@@ -24,7 +24,8 @@ Printed: the median wall time, samples/s at that median, peak tree RSS, and the 
 Ray target of issue 14 (Ray local within 15% of multiprocessing); and a projection of the issue's
 244M-sample / 4,000-shard case on 1, 8 and 64 workers from the measured costs (`project`, whose docstring
 states the model). After each shardprep run its output (every ``.tar.idx``, the sqlite rows,
-``.info.json``, ``split.yaml``) is hashed and must equal the first run's: a fast wrong answer is worthless.
+``.info.json``, ``split.yaml``) is hashed and must equal the first run's, and energon's index (of the
+shards it prepared) must equal shardprep's of the same shards: a fast wrong answer is worthless.
 On one machine Ray can only show its overhead over worker processes, not the scale-out it is for.
 The machine may be shared: the table says how many cores other programs kept busy during each way.
 
@@ -53,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import bench_datasets
+from tools import bench_datasets, bench_prepare
 from tools.bench_prepare import PREPARE_FLAGS, energon_executable
 from tools.measure import Measurement, measure
 
@@ -251,6 +252,25 @@ def project(ways: dict[str, Way], samples: int, shards: int, driver: float) -> l
     return lines
 
 
+def energon_check(subset: bench_datasets.Dataset) -> str:
+    """energon's index of `subset` (its last run's, still in place) against shardprep's of the same shards
+    (a run here, not timed), as `tools.bench_prepare` compares them; a mismatch stops the benchmark."""
+    theirs = bench_prepare.summarise_index(subset)
+    done = subprocess.run(
+        [sys.executable, "-m", "prep", "prepare", str(subset.path), *FLAGS],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"shardprep prepare {subset.path} failed:\n{done.stdout}\n{done.stderr}")
+    equal, text = bench_prepare.compare(bench_prepare.summarise_index(subset), theirs, subset)
+    if not equal:
+        sys.exit(f"energon's index of {subset.path} is not shardprep's: its figures are void. {text}")
+    return f"energon's index of {subset.name}: {text}"
+
+
 def run_s3(args: argparse.Namespace, dataset: bench_datasets.Dataset) -> None:
     """--s3: the object-storage benchmark, written separately in `tools.bench_s3`. ---- S3 HOOK ----
     It is imported only here, and given the scale dataset and the flags after `--s3-args`; if it is not
@@ -315,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         write_ways = {name: Way([*write, *flags], args.write_lines) for name, flags in engines.items()}
     checked = set(engines) | {"ray-running"}
     timed(ways, args.repeat, lambda: output_hash(dataset.path), checked)
+    if "energon" in ways:
+        print(energon_check(subset), flush=True)
     if write_ways:
         timed(write_ways, args.repeat, lambda: files_hash(out), checked)
 
