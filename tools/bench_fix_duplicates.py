@@ -2,7 +2,7 @@
 
 Every shard holds the same keys (so every key is a duplicate and every member is renamed). The dataset is
 written once (cached under --out), then copied afresh for each measured run, since a run renames it in
-place. Two figures per tool, each the wall time and peak memory of its whole process tree
+place; the copies are synced to disk before the runs. Two figures per tool, each the wall time and peak memory of its whole process tree
 (`tools.measure`):
 
 - the rename alone: energon's `TarPatcher.dataset_scan` + `dataset_apply_prefix` (what its prepare calls)
@@ -81,11 +81,18 @@ def cached_dataset(out: Path, shards: int, samples: int) -> Path:
     return folder
 
 
-def fresh_copy(pristine: Path, name: str) -> Path:
-    copy = pristine.parent / f"{pristine.name}-{name}"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(pristine, copy, ignore=shutil.ignore_patterns(".complete"))
-    return copy
+def fresh_copies(pristine: Path) -> tuple[Path, Path]:
+    """A copy of the dataset for energon and one for shardprep, on disk before either runs: the copies'
+    pages are written out here, not during the first run (as writeback beside it) or by shardprep's
+    fsync of each renamed shard (which had written out the whole copied shard)."""
+    copies = []
+    for name in ("energon", "shardprep"):
+        copy = pristine.parent / f"{pristine.name}-{name}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(pristine, copy, ignore=shutil.ignore_patterns(".complete"))
+        copies.append(copy)
+    os.sync()
+    return copies[0], copies[1]
 
 
 def run(label: str, argv: list[str]) -> float:
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.num_workers} workers, {os.cpu_count()} CPUs"
     )
     workers = str(args.num_workers)
-    theirs, ours = fresh_copy(pristine, "energon"), fresh_copy(pristine, "shardprep")
+    theirs, ours = fresh_copies(pristine)
     energon = run(
         "energon TarPatcher scan + apply", [sys.executable, "-c", ENERGON_RENAME, str(theirs), workers]
     )
@@ -135,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         f"rename alone: shardprep {energon / shardprep:.1f}x energon; same bytes: {same_shards(theirs, ours)}"
     )
     if not args.skip_prepare:
-        theirs, ours = fresh_copy(pristine, "energon"), fresh_copy(pristine, "shardprep")
+        theirs, ours = fresh_copies(pristine)
         energon = run(
             "energon prepare --fix-duplicates",
             [
