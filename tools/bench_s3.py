@@ -23,8 +23,11 @@ Datasets (made here, or the text one given by `--dataset`, as `tools.bench_scale
 - ``big``: a ``--big-bytes`` binary part and a small JSON part per sample.
 
 Printed per dataset: wall time and samples/s of each tool, the ratio, bytes read as a % of the shards'
-size, the CPU time of each tool (its whole process tree) and of the server meanwhile, and how busy the
-two together kept the machine's CPUs. The server runs on the same machine as the tool it serves: on a
+size, the CPU time of each tool (its whole process tree) and of the server meanwhile, how busy the
+two together kept the machine's CPUs, and the peak memory of each tool (the largest sum of RSS over its
+processes, sampled every 50 ms; the server's left out): an upper bound for a tool that forks workers
+(energon's 16), whose shared pages count once per process; PSS, the honest total, costs a few ms per
+process to read, CPU the tools share with the sampler. The server runs on the same machine as the tool it serves: on a
 machine of few cores its CPU time is taken from the tool's (a real store's is not), which weighs on the
 faster tool most (near 100%, the tool can only get faster by costing less CPU); the tools' CPU times
 show what they cost by themselves. The figures compare the two tools under the same server; they do not
@@ -66,6 +69,7 @@ from tests.support.prepare import sqlite_contents, tar_indexes
 from tests.support.s3 import S3Server
 from tools import bench_datasets
 from tools.bench_prepare import energon_executable
+from tools.measure import TreeSampler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,6 +96,8 @@ class Run:
     seconds: float
     cpu_seconds: float
     server_bytes: int
+    #: The largest sum of RSS over the tool's processes (it and its workers), sampled.
+    peak_rss_mb: float
     #: What was wrong with the index the tool wrote (empty: nothing found).
     wrong: str = ""
     #: The error the tool stopped on (empty: it finished).
@@ -127,6 +133,19 @@ def shards_size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*.tar"))
 
 
+class SessionSampler(TreeSampler):
+    """The memory of the processes of one session (a tool started in a session of its own, and its
+    workers), sampled: the server, a child of this process too, is not in it. RSS only, from statm, so
+    that sampling a tool of many workers costs the CPUs the two share little."""
+
+    def __init__(self, session: int, interval: float = 0.05) -> None:
+        super().__init__(interval, with_pss=False)
+        self.session = session
+
+    def pids(self) -> set[int]:
+        return set(processes_where(SESSION, self.session))
+
+
 def prepare(
     tool: str,
     address: str,
@@ -134,10 +153,10 @@ def prepare(
     scratch: Path,
     server: S3Server,
     workers: int | None = None,
-) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds, the error it stopped on or "") of one tool's prepare: the CPU time of
-    its whole process tree (user and system), what a real object store would leave to the tool; the
-    server's own is counted apart. What the tool printed is kept in `scratch/TOOL.out`. A shardprep that
+) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS in MB, the error it stopped on or "") of one tool's prepare:
+    the CPU time of its whole process tree (user and system), what a real object store would leave to
+    the tool; the server's own is counted apart. The peak RSS is the largest sum over its processes. What the tool printed is kept in `scratch/TOOL.out`. A shardprep that
     fails stops the benchmark; an energon that fails (whatever the cause: its workers can read each
     other's answers, see README) is reported, and one that hangs (`STALL_SECONDS`) is killed and
     reported."""
@@ -158,11 +177,15 @@ def prepare(
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # its workers too are ended if it hangs
     ) as process:
+        sampler = SessionSampler(process.pid)
+        sampler.start()
         try:
             stdout, stderr, hung = _watched(process, server)
         except BaseException:  # Ctrl-C, say: the terminal's signal misses a session of its own
             os.killpg(process.pid, signal.SIGKILL)
             raise
+        finally:
+            sampler.stop()
     seconds, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     if process.returncode != 0 and tool == "shardprep":
         raise SystemExit(f"{tool} prepare {address} failed{hung}:\n{stdout[-2000:]}\n{stderr[-4000:]}")
@@ -170,7 +193,7 @@ def prepare(
     (scratch / f"{tool}.out").write_text(stdout + stderr)
     lines = [line for line in stderr.splitlines() if line.strip()]
     failed = (lines[-1] if lines else f"exit code {process.returncode}") + hung
-    return seconds, cpu, failed if process.returncode else ""
+    return seconds, cpu, sampler.peak_rss / 2**20, failed if process.returncode else ""
 
 
 def _watched(process: subprocess.Popen, server: S3Server) -> tuple[str, str, str]:
@@ -268,14 +291,15 @@ def bench_dataset(
     for tool in tools:
         settle(server)
         sent, busy = server.bytes_sent(), server.cpu_seconds()
-        seconds, cpu, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, server, workers)
+        seconds, cpu, rss, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, server, workers)
         read, busy = server.bytes_sent() - sent, server.cpu_seconds() - busy
-        runs.append(Run(tool, name, samples, size, seconds, cpu, read, failed=failed))
+        runs.append(Run(tool, name, samples, size, seconds, cpu, read, rss, failed=failed))
         print(
             f"  {name:5s} {tool:9s} {seconds:8.2f} s  {samples / seconds:12,.0f} samples/s"
             f"  read {read:,} B = {100 * read / size:6.2f}% of {size:,} B; CPU: the tool's {cpu:.1f} s,"
             f" the server's {busy:.1f} s, together {100 * (cpu + busy) / (seconds * CPUS):.0f}% of the"
-            f" machine's {CPUS} CPUs" + (f"; it FAILED: {failed}" if failed else ""),
+            f" machine's {CPUS} CPUs; peak RSS summed over the tool's processes {rss:,.0f} MB"
+            + (f"; it FAILED: {failed}" if failed else ""),
             flush=True,
         )
         if len(tools) == 2 and not failed:
@@ -472,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             runs += bench_dataset(name, folder, samples, server, env, scratch, tools, args.num_workers)
         print(
             "\ndataset   shardprep samples/s   energon samples/s   ratio   bytes read: shardprep / energon"
-            "   tools' CPU: shardprep / energon"
+            "   tools' CPU: shardprep / energon   peak RSS sum: shardprep / energon"
         )
         for name in args.datasets.split(","):
             ours = next(run for run in runs if run.dataset == name and run.tool == "shardprep")
@@ -481,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{name:8s}  {ours.rate:19,.0f}   {'failed' if theirs else '-':>17s}   {'-':>5s}"
                     f"   {ours.read_percent:6.2f}% / -{'':>23s}{ours.cpu_seconds:8.1f} s / -"
+                    f"{'':>21s}{ours.peak_rss_mb:7,.0f} MB / -"
                     + (f"; energon stopped after {theirs.seconds:.1f} s: {theirs.failed}" if theirs else "")
                 )
                 continue
@@ -489,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"   {ours.read_percent:6.2f}% / {theirs.read_percent:6.2f}%"
                 f"{'':>21s}{ours.cpu_seconds:8.1f} s / {theirs.cpu_seconds:.1f} s"
                 f" ({theirs.cpu_seconds / ours.cpu_seconds:.1f}x)"
+                f"   {ours.peak_rss_mb:7,.0f} MB / {theirs.peak_rss_mb:,.0f} MB"
                 + (f"; energon's index {theirs.wrong}" if theirs.wrong else "")
             )
         print("issue 14's target: at least 10x energon, and under 2% of the dataset read for text shards.")

@@ -185,9 +185,13 @@ class TreeSampler(threading.Thread):
         self._me = os.getpid()
         self._parents: dict[int, int] = {}
 
-    def sample_once(self) -> None:
+    def pids(self) -> set[int]:
+        """The processes to sum now: every descendant of the measuring process but the excluded."""
         self._parents = _parent_map(self._parents)
-        pids = descendants(self._me, self._parents) - self.excluded
+        return descendants(self._me, self._parents) - self.excluded
+
+    def sample_once(self) -> None:
+        pids = self.pids()
         rss_total = pss_total = anon_total = 0
         for pid in pids:
             rss, pss, anon = _memory(pid, self.with_pss)
