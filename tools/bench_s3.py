@@ -27,8 +27,8 @@ size, the CPU time of each tool (its whole process tree) and of the server meanw
 two together kept the machine's CPUs, and the peak memory of each tool (the largest sum of RSS over its
 processes, sampled every 50 ms; the server's left out): an upper bound for a tool that forks workers
 (energon's 16), whose shared pages count once per process; PSS, the honest total, costs a few ms per
-process to read, CPU the tools share with the sampler. The server runs on the same machine as the tool it serves: on a
-machine of few cores its CPU time is taken from the tool's (a real store's is not), which weighs on the
+process to read, CPU the tools share with the sampler. The server runs on the same machine as the tool
+it serves: on a machine of few cores its CPU time is taken from the tool's (a real store's is not), which weighs on the
 faster tool most (near 100%, the tool can only get faster by costing less CPU); the tools' CPU times
 show what they cost by themselves. The figures compare the two tools under the same server; they do not
 predict S3's absolute speed.
@@ -156,8 +156,8 @@ def prepare(
 ) -> tuple[float, float, float, str]:
     """(wall seconds, CPU seconds, peak RSS in MB, the error it stopped on or "") of one tool's prepare:
     the CPU time of its whole process tree (user and system), what a real object store would leave to
-    the tool; the server's own is counted apart. The peak RSS is the largest sum over its processes. What the tool printed is kept in `scratch/TOOL.out`. A shardprep that
-    fails stops the benchmark; an energon that fails (whatever the cause: its workers can read each
+    the tool; the server's own is counted apart. The peak RSS is the largest sum over its processes.
+    What the tool printed is kept in `scratch/TOOL.out`. A shardprep that fails stops the benchmark; an energon that fails (whatever the cause: its workers can read each
     other's answers, see README) is reported, and one that hangs (`STALL_SECONDS`) is killed and
     reported."""
     command = (
