@@ -157,9 +157,9 @@ def prepare(
     """(wall seconds, CPU seconds, peak RSS in MB, the error it stopped on or "") of one tool's prepare:
     the CPU time of its whole process tree (user and system), what a real object store would leave to
     the tool; the server's own is counted apart. The peak RSS is the largest sum over its processes.
-    What the tool printed is kept in `scratch/TOOL.out`. A shardprep that fails stops the benchmark; an energon that fails (whatever the cause: its workers can read each
-    other's answers, see README) is reported, and one that hangs (`STALL_SECONDS`) is killed and
-    reported."""
+    What the tool printed is kept in `scratch/TOOL.out`. A shardprep that fails stops the benchmark; an
+    energon that fails (whatever the cause: its workers can read each other's answers, see README) is
+    reported, and one that hangs (`STALL_SECONDS`) is killed and reported."""
     command = (
         [sys.executable, "-m", "prep", "prepare", address, *FLAGS]
         + (["--num-workers", str(workers)] if workers else [])
