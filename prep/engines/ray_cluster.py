@@ -56,6 +56,8 @@ CHUNKS_PER_CPU = 2
 MAX_CHUNK = 16
 #: Seconds to wait for a cancelled chunk to end when a run stops early.
 STOP_TIMEOUT = 30.0
+#: Seconds the chunks in flight have to end by themselves when a run stops early, before they are killed.
+STOP_GRACE = 5.0
 #: Seconds a cluster's address has to answer a TCP connection before the run gives up on it.
 CONNECT_TIMEOUT = 5.0
 
@@ -354,9 +356,17 @@ class RayEngine:
 
     def _stop(self, refs: list[Any]) -> None:
         """Cancel `refs` and wait until they have ended, so that no task still writes when the caller
-        cleans up (a chunk that writes files, as `write` does, would otherwise leave some behind)."""
+        cleans up (a chunk that writes files, as `write` does, would otherwise leave some behind).
+
+        Chunks get `STOP_GRACE` seconds to end by themselves; only those still running then are
+        cancelled, killed with their worker. Ray 2.60's driver aborts the whole process ("An unexpected
+        system state has occurred", task_manager.cc) when a cancel, forced or not, crosses the start or
+        the reply of the task it cancels, which cancelling chunks just submitted made likely."""
         ray = self.ray
-        for ref in refs:
+        if not refs:
+            return
+        _, running = ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE)
+        for ref in running:
             ray.cancel(ref, force=True)
         for ref in refs:
             try:
