@@ -455,10 +455,11 @@ def test_a_killed_server_leaves_no_dead_mount_and_a_new_mount_works(base, tmp_pa
             os.kill(mounted.pid, signal.SIGKILL)
             assert end_process(mounted.pid)
             assert gone_within(mountpoint, 5), "the killed server's mount is still there"
-    else:  # a terminal closed under `mount --foreground`
+    else:  # a terminal closed under `mount --foreground` (SIGHUP's default action, even if this run ignores it)
         process = subprocess.Popen(
             [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--foreground"],
             cwd=REPO, stdout=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
         )  # fmt: skip
         try:
             assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
