@@ -31,6 +31,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import struct
 from collections.abc import Callable
 from typing import NamedTuple
@@ -72,6 +73,10 @@ JPEG_SOS = 0xDA
 JPEG_APP2 = 0xE2
 #: Bytes read at a time while looking past stray bytes for the next JPEG marker or GIF block.
 SKIP_BLOCK = 4096
+#: What ends a run of stray bytes: the 0xff that starts a JPEG marker; a GIF block's introducer
+#: (extension, image or trailer).
+JPEG_MARKER_START = re.compile(rb"\xff")
+GIF_BLOCK_START = re.compile(rb"[!,;]")
 #: The identifier that starts an APP2 segment of the multi-picture format (Pillow's test for MPO).
 JPEG_MPF = b"MPF\x00"
 
@@ -169,7 +174,7 @@ def _jpeg(read: ReadAt, size: int) -> ImageMetadata | None:
     while True:
         marker = _need(read(position, 2), 2, "markers (no start-of-frame before the end)", position)
         if marker[0] != 0xFF:  # stray bytes between segments, which Pillow (and libjpeg) skip
-            position = _next_ff(read, position, size)
+            position = _skip_to(read, position, JPEG_MARKER_START)
             continue
         code = marker[1]
         if code == 0xFF:  # fill byte before a marker
@@ -208,7 +213,7 @@ def _has_multi_picture(read: ReadAt, position: int, size: int) -> bool:
         if len(marker) < 4:
             return False
         if marker[0] != 0xFF:
-            position = _next_ff(read, position, size)
+            position = _skip_to(read, position, JPEG_MARKER_START)
             continue
         code = marker[1]
         if code == 0xFF or code == 0x00:
@@ -225,17 +230,15 @@ def _has_multi_picture(read: ReadAt, position: int, size: int) -> bool:
     return False
 
 
-def _next_ff(read: ReadAt, position: int, size: int) -> int:
-    """Where the next 0xff byte from `position` is (or `size`): Pillow skips the bytes before it."""
-    while position < size:
-        block = read(position, SKIP_BLOCK)
-        found = block.find(b"\xff")
-        if found >= 0:
-            return position + found
-        if not block:
-            break
+def _skip_to(read: ReadAt, position: int, wanted: re.Pattern[bytes]) -> int:
+    """Where the next byte `wanted` matches is from `position`, or where the part ends: the stray bytes
+    before it are skipped, as Pillow skips them."""
+    while block := read(position, SKIP_BLOCK):
+        found = wanted.search(block)
+        if found:
+            return position + found.start()
         position += len(block)
-    return size
+    return position
 
 
 def _png(head: bytes) -> ImageMetadata:
@@ -276,18 +279,7 @@ def _gif(read: ReadAt) -> ImageMetadata:
         elif block == b";":
             raise MediaError("the GIF ends (its trailer) before its first image", position)
         else:  # a stray byte between blocks, which Pillow skips
-            position = _next_gif_block(read, position + 1)
-
-
-def _next_gif_block(read: ReadAt, position: int) -> int:
-    """Where the next extension, image or trailer introducer is from `position` (or the end): Pillow
-    skips the bytes before it one by one."""
-    while block := read(position, SKIP_BLOCK):
-        found = [at for at in map(block.find, (b"!", b",", b";")) if at >= 0]
-        if found:
-            return position + min(found)
-        position += len(block)
-    return position
+            position = _skip_to(read, position + 1, GIF_BLOCK_START)
 
 
 def _palette_needed(colours: bytes) -> bool:
