@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,8 +127,13 @@ def default_num_workers(module: str, command: str) -> str:
 
 
 def warm_cache(dataset: Dataset) -> None:
-    """Read every shard once (cat > /dev/null) so all tools start from the same warm page cache."""
-    subprocess.run(["cat", *map(str, dataset.shard_paths())], stdout=subprocess.DEVNULL, check=True)
+    """Read every shard once so all tools start from the same warm page cache."""
+    read_into_cache(dataset.shard_paths())
+
+
+def read_into_cache(paths: Iterable[Path]) -> None:
+    """Read the files `paths` once (cat > /dev/null), so what reads them next finds them in memory."""
+    subprocess.run(["cat", *map(str, paths)], stdout=subprocess.DEVNULL, check=True)
 
 
 @dataclass

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from tools.bench_datasets import DEFAULT_ROOT, _vocabulary, noise_jpegs, text_record
+from tools.bench_prepare import read_into_cache
 from tools.measure import Measurement, measure
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,19 +111,10 @@ def output_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def warm(source: Path) -> None:
-    """Read the input once, so every command starts from it in the page cache (not only those after the
-    first)."""
-    for path in sorted(source.iterdir()) if source.is_dir() else [source]:
-        with open(path, "rb", buffering=0) as file:
-            while file.read(1 << 24):
-                pass
-
-
 def run(argv: list[str], label: str, source: Path | None = None) -> Measurement:
     """`argv` measured; with `source`, after reading it into the page cache."""
-    if source is not None:
-        warm(source)
+    if source is not None:  # every command starts from the input in memory, not only those after the first
+        read_into_cache(sorted(source.iterdir()) if source.is_dir() else [source])
     measurement, errors = measure(argv, cwd=REPO)
     if measurement.returncode != 0:
         sys.exit(f"{label} failed ({measurement.returncode}):\n{errors.decode(errors='replace')}")
