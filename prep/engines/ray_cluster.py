@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -187,20 +188,29 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         ) from None
 
 
-def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[Any], bool]:
-    """A Ray task: `function(*task)` for each task of the chunk, in order, and whether every task ran. A
-    task that raises after others ran ends the chunk there with their results (the driver gives them,
-    then runs the rest of the chunk again, so that the exception comes after them, as from
-    `prep.processes.ordered_map`); the first task's exception is raised."""
+def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[Any], Exception | str | None]:
+    """A Ray task: `function(*task)` for each task of the chunk, in order. A task that raises after others
+    ran ends the chunk there: its exception comes back beside their results, for the driver to raise
+    after giving them, as from `prep.processes.ordered_map`; the first task's exception is raised, as is
+    any exception that cannot cross to the driver as a value (then the chunk's results are lost with it,
+    and the driver runs the chunk again from its first task not given)."""
     results = []
     for task in chunk:
         try:
             results.append(function(*task))
-        except Exception:
+        except Exception as error:
             if not results:
                 raise
-            return results, False
-    return results, True
+            try:
+                pickle.loads(pickle.dumps(error))
+            except Exception:  # noqa: BLE001 - Ray would fail to return it: the driver reruns the rest
+                return results, _RERUN
+            return results, error
+    return results, None
+
+
+#: What a chunk gives instead of an exception it cannot return: its remaining tasks are to be run again.
+_RERUN = "rerun"
 
 
 class RayEngine:
@@ -325,7 +335,7 @@ class RayEngine:
             while pending:
                 start, stop, ref = pending[0]
                 try:
-                    results, whole = ray.get(ref)
+                    results, failure = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:  # the function raised: as itself
                     if isinstance(error.cause, Exception):
                         raise error.cause from error
@@ -343,14 +353,16 @@ class RayEngine:
                     time.sleep(delay)
                     pending[0] = submit(start, stop)
                     continue
-                if whole:
+                if failure == _RERUN:  # raised after these, and cannot be returned: the rest again
+                    pending[0] = submit(start + len(results), stop)
+                else:
                     pending.popleft()
-                    following = next(submitted, None)
+                    following = next(submitted, None) if failure is None else None
                     if following is not None:
                         pending.append(submit(following, min(following + size, len(tasks))))
-                else:  # a task raised after these: the rest again, to raise it in its turn
-                    pending[0] = submit(start + len(results), stop)
                 yield from results
+                if isinstance(failure, Exception):
+                    raise failure
         finally:
             self._stop([ref for _, _, ref in pending])
 

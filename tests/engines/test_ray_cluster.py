@@ -214,18 +214,47 @@ def test_an_exception_a_task_raises_comes_back_as_itself(cluster) -> None:
     assert raised.value.errno == 28
 
 
-def fail_at(bad: int, number: int) -> int:
+def fail_at(bad: int, number: int, runs: str = "") -> int:
+    if runs:  # one line per run of a task, from whichever worker runs it
+        with open(runs, "a") as file:
+            file.write(f"{number}\n")
     if number == bad:
         raise ValueError(f"task {number} refused")
     return number
 
 
-def test_the_results_before_a_task_that_raises_come_back_first(cluster) -> None:
+def test_the_results_before_a_task_that_raises_come_back_first(cluster, tmp_path: Path) -> None:
     """Tasks go to Ray a chunk at a time (12 of 100 here): a task that raises in the middle of its chunk
     must not take the results of the tasks before it in the chunk with it. They come first, and then the
-    exception, as from `prep.processes.ordered_map` (a write names the first bad record in input order so)."""
+    exception, as from `prep.processes.ordered_map` (a write names the first bad record in input order so).
+    The task that raised is not run again to raise it (a write would do its work twice)."""
+    runs = tmp_path / "runs"
     got: list[int] = []
+    tasks = [(33, number, str(runs)) for number in range(100)]
     with RayEngine() as engine, pytest.raises(ValueError, match="task 33 refused"):
-        for result in engine.ordered_map(fail_at, [(33, number) for number in range(100)], what="checking"):
+        for result in engine.ordered_map(fail_at, tasks, what="checking"):
+            got.append(result)
+    assert got == list(range(33))
+    assert runs.read_text().split().count("33") == 1
+
+
+class Unpicklable(Exception):
+    def __init__(self, number: int) -> None:
+        super().__init__(f"task {number} refused")
+        self.lock = __import__("threading").Lock()
+
+
+def refuse_unpicklably(number: int) -> int:
+    if number == 33:
+        raise Unpicklable(number)
+    return number
+
+
+def test_an_exception_that_cannot_be_returned_still_comes_after_the_results_before_it(cluster) -> None:
+    """An exception that cannot be pickled cannot come back beside its chunk's results: the chunk's
+    remaining tasks run again, so that it is raised by Ray in its turn (as the text Ray makes of it)."""
+    got: list[int] = []
+    with RayEngine() as engine, pytest.raises(Exception, match="task 33 refused"):
+        for result in engine.ordered_map(refuse_unpicklably, [(number,) for number in range(100)], what="x"):
             got.append(result)
     assert got == list(range(33))
