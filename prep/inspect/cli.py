@@ -32,7 +32,10 @@ dataset_argument = click.argument("dataset", type=DatasetLocation())
 @dataset_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 @click.option(
-    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw size histograms into FILE.png."
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw size histograms into FILE: a PNG (.png added to a name without a suffix), or the format its"
+    " suffix names (.pdf, .svg, ...).",
 )
 @click.option(
     "--largest", default=5, show_default=True, help="How many of the largest samples to list per split."
@@ -46,15 +49,14 @@ def info_command(
 
     with _opened(dataset, tmp_path) as prepared:
         stats = dataset_info(prepared, largest=largest)
-        if plot is not None:
-            plot_info(prepared, stats, str(plot))
+        plotted = None if plot is None else plot_info(prepared, stats, str(plot))
     stats.path = str(dataset)  # not the local mirror of a bucket dataset
     if as_json:
         click.echo(json.dumps(stats.to_dict(), indent=2))
     else:
         click.echo(format_info(stats))
-        if plot is not None:
-            click.echo(f"\nplot written to {plot}")
+        if plotted is not None:
+            click.echo(f"\nplot written to {plotted}")
 
 
 @click.command("verify")

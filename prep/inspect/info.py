@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -242,15 +243,27 @@ def format_info(stats: DatasetStats) -> str:
     return "\n".join(lines)
 
 
-def plot_info(dataset: PreparedDataset, stats: DatasetStats, output: str) -> None:
-    """Draw the part-size histogram per part type and the shard-size bars into a PNG file."""
+def plot_info(dataset: PreparedDataset, stats: DatasetStats, output: str) -> str:
+    """Draw the part-size histogram per part type and the shard-size bars into `output`, a PNG file (`.png`
+    added to a name without a suffix) or the format its suffix names (`.pdf`, `.svg`, ...); the file
+    written is returned."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         raise PrepError("--plot needs matplotlib; install it with `pip install matplotlib`.") from None
+    suffix = Path(output).suffix.lstrip(".").lower()
+    if not suffix:
+        output, suffix = f"{output}.png", "png"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise PrepError(
+            f"Cannot write the plot to {output}: matplotlib writes no '.{suffix}' files. Name a file ending in"
+            f" .png (or one of {', '.join('.' + name for name in sorted(formats))})."
+        )
     parts, names = _part_columns(dataset)
     part_names, part_code = names.codes()
     by_part = {part: parts["size"][part_code == code] for code, part in enumerate(part_names)}
@@ -278,3 +291,4 @@ def plot_info(dataset: PreparedDataset, stats: DatasetStats, output: str) -> Non
         raise PrepError(f"Cannot write the plot to {output}: {error.strerror}.") from None
     finally:
         plt.close(figure)
+    return output

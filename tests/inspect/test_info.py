@@ -83,6 +83,24 @@ def test_plot_writes_a_png(base, tmp_path):
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_names_the_file_it_wrote_and_refuses_a_format_matplotlib_cannot_write(base, tmp_path):
+    """A name without a suffix gets `.png` (matplotlib adds it), and the message names that file; a suffix
+    naming no format matplotlib writes is one clear error, not matplotlib's traceback."""
+    pytest.importorskip("matplotlib")
+    dataset = prepared_dataset(base, "shardprep")
+    result = run_shardprep("info", str(dataset), "--plot", str(tmp_path / "sizes"), check=True)
+    assert f"plot written to {tmp_path / 'sizes.png'}" in result.stdout
+    assert (tmp_path / "sizes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "sizes").exists()
+    result = run_shardprep("info", str(dataset), "--plot", str(tmp_path / "sizes.foo"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        f"Cannot write the plot to {tmp_path / 'sizes.foo'}: matplotlib writes no '.foo' files"
+        in result.stderr
+    )
+    assert not (tmp_path / "sizes.foo").exists()
+
+
 def test_missing_dataset_gets_one_clear_error(tmp_path):
     result = run_shardprep("info", str(tmp_path / "nowhere"))
     assert result.returncode == 1 and "is not a folder" in result.stderr and "Traceback" not in result.stderr
