@@ -184,12 +184,12 @@ def prepare_command(
 
 
 @click.command(name="prepare-media")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=DatasetLocation())
 @progress_option
 @num_workers_option
 @media_metadata_options
 def prepare_media_command(
-    path: Path,
+    path: Path | str,
     progress: bool,
     num_workers: int | None,
     media_metadata_by_glob: str | None,
@@ -202,6 +202,12 @@ def prepare_media_command(
     """
     stop_on_sigterm()
     media = parse_media_filter(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
+    if isinstance(path, str):  # s3:// or msc://, which a Path would fold into a local name
+        raise PrepError(
+            f"{path} is in object storage; prepare-media reads the media of a local dataset. Run it on a local"
+            " copy (or on the folder of an S3 FUSE filesystem holding the dataset) and upload the"
+            " .nv-meta/index.sqlite it writes."
+        )
     line = ProgressLine(progress)
 
     def described(done: int, total: int) -> None:
