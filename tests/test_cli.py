@@ -86,3 +86,17 @@ def test_prepare_and_write_show_progress_on_a_terminal_unless_told_not_to(tmp_pa
         check=True,
     )
     assert "Indexing " not in piped.stdout + piped.stderr  # not a terminal: no progress line
+
+
+def test_tmp_path_help_says_what_each_command_keeps_there() -> None:
+    """info, verify and preview download a bucket dataset's index under --tmp-path; nothing is uploaded."""
+    for command in ("info", "verify", "preview", "prepare", "write"):
+        result = subprocess.run(
+            [sys.executable, "-m", "prep", command, "--help"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            check=True,
+        )
+        assert "info, verify and preview download the index there" in " ".join(result.stdout.split()), command
