@@ -100,3 +100,13 @@ def test_tmp_path_help_says_what_each_command_keeps_there() -> None:
             check=True,
         )
         assert "info, verify and preview download the index there" in " ".join(result.stdout.split()), command
+
+
+def test_write_names_its_arguments_as_its_help_and_the_readme_do() -> None:
+    """`shardprep write SOURCE... OUT_DIR`: the usage line and the missing-argument error say so."""
+    run = [sys.executable, "-m", "prep", "write"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    usage = subprocess.run([*run, "--help"], cwd=REPO, capture_output=True, text=True, env=env, check=True)
+    assert "Usage: shardprep write [OPTIONS] SOURCE... OUT_DIR" in usage.stdout
+    missing = subprocess.run(run, cwd=REPO, capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "Missing argument 'SOURCE... OUT_DIR'" in missing.stderr

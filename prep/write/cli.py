@@ -73,7 +73,7 @@ def _progress_text(progress: WriteProgress) -> str:
 
 
 @click.command(name="write")
-@click.argument("paths", nargs=-1, required=True, type=DatasetLocation())
+@click.argument("paths", nargs=-1, required=True, type=DatasetLocation(), metavar="SOURCE... OUT_DIR")
 @click.option(
     "--format",
     "kind",
