@@ -247,7 +247,7 @@ def encoder_for(part: str, allow_pickle: bool = False) -> Callable[[object], byt
     if codec is PICKLE and not allow_pickle:
         raise EncodeError(
             f"part {part!r} would be pickled, which runs arbitrary code when loaded; allow it explicitly"
-            " (--allow-pickle) or choose json, msgpack or npy."
+            " (--allow-pickle) or choose json, msgpack or npy"
         )
     return codec.encode
 

@@ -120,6 +120,9 @@ def test_value_that_cannot_be_encoded_for_its_extension(tmp_path: Path) -> None:
     assert len(reasons) == 2 and all("class label must be an integer" in reason for reason in reasons)
     with pytest.raises(PrepError, match="would be pickled"):
         write_dataset([{"pickle": object()}], tmp_path / "p")
+    pickled = write(jsonl(tmp_path / "p.jsonl", ['{"obj": [1, 2]}']), tmp_path / "p", "--part", "obj=pkl")
+    assert pickled.returncode == 1
+    assert "(--allow-pickle) or choose json, msgpack or npy. Nothing was written." in pickled.stderr
 
 
 def test_non_empty_out_dir_needs_overwrite_and_a_failed_overwrite_keeps_the_old_dataset(
