@@ -323,6 +323,9 @@ def test_a_killed_runs_folder_under_tmp_path_is_removed_by_the_next_run(s3, tmp_
         asking.wait()
     (left,) = scratch.iterdir()
     assert any(left.rglob("index.sqlite")), "the killed run had staged its index there"
+    assert not [key for key in s3.keys("killed", "ds") if key.endswith(".info.json")], (
+        "energon sees no dataset"
+    )
     (scratch / "shardprep-other").mkdir()  # not a run's folder: kept
     with scratch_folder(scratch, "prepare") as alive:
         run_shardprep("prepare", "s3://killed/ds", *FLAGS, "--tmp-path", str(scratch), check=True)
