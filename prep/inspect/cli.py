@@ -38,7 +38,11 @@ dataset_argument = click.argument("dataset", type=DatasetLocation())
     " suffix names (.pdf, .svg, ...).",
 )
 @click.option(
-    "--largest", default=5, show_default=True, help="How many of the largest samples to list per split."
+    "--largest",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="How many of the largest samples to list per split.",
 )
 @tmp_path_option
 def info_command(
@@ -122,11 +126,22 @@ def verify_command(
 @click.command("preview")
 @dataset_argument
 @click.option("--split", default=None, help="Split to show (default: train if present, else all shards).")
-@click.option("-n", "--count", default=3, show_default=True, help="How many samples to show.")
+@click.option(
+    "-n",
+    "--count",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="How many samples to show.",
+)
 @click.option("--key", "keys", multiple=True, help="Show the sample with this key (repeatable) instead.")
 @click.option("--raw", is_flag=True, help="Show each part's bytes instead of decoding it.")
 @click.option(
-    "--limit", default=TEXT_LIMIT, show_default=True, help="Characters (or bytes with --raw) shown per part."
+    "--limit",
+    type=click.IntRange(min=0),
+    default=TEXT_LIMIT,
+    show_default=True,
+    help="Characters (or bytes with --raw) shown per part.",
 )
 @tmp_path_option
 def preview_command(

@@ -127,3 +127,9 @@ def test_split_yaml_that_is_not_utf8_is_named_not_a_traceback(base, tmp_path, co
     result = run_shardprep(command, str(dataset))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "split.yaml is not UTF-8 text (byte 26 is 0xff)" in result.stdout + result.stderr
+
+
+def test_a_negative_largest_is_refused_by_name(base):
+    """`--largest -1` listed every sample but the smallest of the largest, as a slice counted from the end."""
+    result = run_shardprep("info", str(prepared_dataset(base, "shardprep")), "--largest", "-1")
+    assert result.returncode == 2 and "Invalid value for '--largest'" in result.stderr

@@ -96,3 +96,12 @@ def test_a_part_row_without_offset_is_named_not_a_traceback(base, tmp_path):
         "-- txt: its index.sqlite row has no byte offset or size. Re-run `shardprep prepare`" in result.stdout
     )
     assert "-- json (" in result.stdout and "Error: 1 of the parts above could not be read" in result.stderr
+
+
+@pytest.mark.parametrize(("option", "value"), [("-n", "0"), ("-n", "-1"), ("--limit", "-5")])
+def test_a_count_or_limit_below_its_least_is_refused_by_name(base, option, value):
+    """`-n 0` said "The split has no samples." of a split that has them, and a negative --limit cut every
+    part at a place counted from its end."""
+    result = run_shardprep("preview", str(prepared_dataset(base, "shardprep")), option, value)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"Invalid value for '{option}" in result.stderr and "no samples" not in result.stdout
