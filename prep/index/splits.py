@@ -31,7 +31,7 @@ def parse_split_ratio(text: str) -> list[tuple[str, float]]:
     [('train', 8.0), ('val', 1.0), ('test', 1.0)]
     >>> parse_split_ratio("inf,1,1")
     Traceback (most recent call last):
-    prep.errors.PrepError: Invalid split ratio 'inf,1,1': give three finite non-negative numbers for train, val and test, e.g. "8,1,1" or "0.8,0.1,0.1".
+    prep.errors.PrepError: Invalid split ratio 'inf,1,1': give three finite non-negative numbers for train, val and test, not all zero, e.g. "8,1,1" or "0.8,0.1,0.1".
     """
     try:
         values = [float(piece.strip()) for piece in text.split(",")]
@@ -44,7 +44,7 @@ def parse_split_ratio(text: str) -> list[tuple[str, float]]:
     ):
         raise PrepError(
             f"Invalid split ratio {text!r}: give three finite non-negative numbers for train, val and test,"
-            ' e.g. "8,1,1" or "0.8,0.1,0.1".'
+            ' not all zero, e.g. "8,1,1" or "0.8,0.1,0.1".'
         )
     return list(zip(RATIO_SPLITS, values, strict=True))
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prep.index.splits import split_by_ratio
+from prep.errors import PrepError
+from prep.index.splits import parse_split_ratio, split_by_ratio
 
 
 def energon_ratio_split(shards: list[str], ratio: list[float], shuffle: bool) -> dict[str, list[str]]:
@@ -36,3 +38,9 @@ def test_ratio_split_cuts_whole_shards_like_energon(count: int, ratio: list[floa
         shards, list(zip(("train", "val", "test"), ratio, strict=True)), 42 if shuffle else None
     )
     assert ours == energon_ratio_split(shards, ratio, shuffle)
+
+
+def test_a_ratio_of_zeros_is_told_what_is_missing() -> None:
+    """`0,0,0` is three finite non-negative numbers: the message says they may not all be zero."""
+    with pytest.raises(PrepError, match="non-negative numbers for train, val and test, not all zero"):
+        parse_split_ratio("0,0,0")
