@@ -110,3 +110,14 @@ def test_write_names_its_arguments_as_its_help_and_the_readme_do() -> None:
     assert "Usage: shardprep write [OPTIONS] SOURCE... OUT_DIR" in usage.stdout
     missing = subprocess.run(run, cwd=REPO, capture_output=True, text=True, env=env)
     assert missing.returncode == 2 and "Missing argument 'SOURCE... OUT_DIR'" in missing.stderr
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """An option with no help text leaves its --help line a bare choice list (--on-error, --aux-format)."""
+    from prep.cli import COMMANDS, cli
+
+    for name in COMMANDS:
+        command = cli.get_command(None, name)  # type: ignore[arg-type]
+        for option in command.params:
+            if option.param_type_name == "option":
+                assert option.help, f"shardprep {name} {option.opts[0]} has no help text"

@@ -100,10 +100,23 @@ def _progress_text(progress: WriteProgress) -> str:
     multiple=True,
     help="FIELD[=EXT]: write this media to an auxiliary dataset.",
 )
-@click.option("--aux-format", type=click.Choice(AUX_FORMATS), default=AUX_FORMATS[0], show_default=True)
+@click.option(
+    "--aux-format",
+    type=click.Choice(AUX_FORMATS),
+    default=AUX_FORMATS[0],
+    show_default=True,
+    help="With --media-column: the auxiliary dataset as a folder of files, or as an indexed WebDataset.",
+)
 @click.option("--sample-type", help="energon sample type for dataset.yaml [default: CrudeWebdataset].")
 @field_map_option
-@click.option("--on-error", type=click.Choice(ON_ERROR), default=ON_ERROR[0], show_default=True)
+@click.option(
+    "--on-error",
+    type=click.Choice(ON_ERROR),
+    default=ON_ERROR[0],
+    show_default=True,
+    help="stop: the first bad record stops the run, naming its file:line, and nothing is written; skip: bad"
+    " records are left out and listed in the rejects file.",
+)
 @click.option(
     "--rejects",
     type=click.Path(path_type=Path),
