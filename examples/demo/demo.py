@@ -38,15 +38,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, help="dataset folder (default: a temporary one)")
+    parser.add_argument("--out", type=Path, help="dataset folder to keep (default: a temporary one, removed)")
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
-    root = args.out or Path(tempfile.mkdtemp(prefix="shardprep-demo-")) / "captions"
+    if args.out is not None:
+        run(args.out, args.samples)
+        return
+    with tempfile.TemporaryDirectory(prefix="shardprep-demo-") as scratch:
+        run(Path(scratch) / "captions", args.samples)
+
+
+def run(root: Path, samples: int) -> None:
     if root.exists():
         shutil.rmtree(root)
 
-    print(f"1. Writing {args.samples} samples with webdataset's ShardWriter into {root}")
-    write_shards(root, args.samples)
+    print(f"1. Writing {samples} samples with webdataset's ShardWriter into {root}")
+    write_shards(root, samples)
 
     print("2. Preparing them with shardprep (the same flags as energon prepare)")
     command = [

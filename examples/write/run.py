@@ -75,10 +75,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
+    parser.add_argument("--out", type=Path, help="working folder to keep (default: a temporary one, removed)")
     args = parser.parse_args()
-    root = args.out or Path(tempfile.mkdtemp(prefix="shardprep-write-"))
-    root.mkdir(parents=True, exist_ok=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        run(args.out)
+        print(f"   outputs in {args.out}")
+        return
+    with tempfile.TemporaryDirectory(prefix="shardprep-write-") as scratch:
+        run(Path(scratch))
+
+
+def run(root: Path) -> None:
     corpus, images = make_inputs(root)
 
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
@@ -132,7 +140,7 @@ def main() -> None:
         print(
             f"   {sample.__key__}: caption {sample.parts['txt']!r}, image tensor {tuple(sample.media['jpg'].shape)}"
         )
-    print(f"   {len(joined)} joined samples loaded; outputs in {root}")
+    print(f"   {len(joined)} joined samples loaded")
 
 
 if __name__ == "__main__":
