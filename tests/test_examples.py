@@ -64,3 +64,19 @@ def test_the_demo_keeps_its_dataset_where_out_says(tmp_path):
         timeout=600,
     )
     assert (out / ".nv-meta" / ".info.json").is_file()
+
+
+def test_the_demo_never_replaces_a_folder_given_as_out(tmp_path):
+    """`--out` names where the demo's dataset goes; a folder holding anything is refused, not removed."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "demo" / "demo.py"), "--out", str(tmp_path / "mine")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 2 and "is not empty" in result.stderr
+    assert [path.name for path in (tmp_path / "mine").iterdir()] == ["notes.txt"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
     if args.out is not None:
+        if args.out.exists() and any(args.out.iterdir()):
+            parser.error(f"--out {args.out} is not empty; give a new or empty folder for the demo's dataset")
         run(args.out, args.samples)
         return
     with tempfile.TemporaryDirectory(prefix="shardprep-demo-") as scratch:
@@ -49,9 +50,6 @@ def main() -> None:
 
 
 def run(root: Path, samples: int) -> None:
-    if root.exists():
-        shutil.rmtree(root)
-
     print(f"1. Writing {samples} samples with webdataset's ShardWriter into {root}")
     write_shards(root, samples)
 
