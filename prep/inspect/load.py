@@ -72,6 +72,11 @@ def load_samples(
     each one that fails to `report.problems`; `report.loaded` counts the samples loaded."""
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.energon") is None:
         raise PrepError(MISSING_ENERGON)
+    if split is not None:  # named here as every command names a split a dataset lacks (energon asserts)
+        from prep.index.dataset import PreparedDataset
+
+        with PreparedDataset(Path(report.root)) as dataset:
+            dataset.split_shards(split)
     report.load = True
     command = _child_command(Path(report.root), split, workers)
     with tempfile.TemporaryFile("w+") as errors:

@@ -180,6 +180,13 @@ def test_report_names_shard_key_part_and_exception_for_people(crude_dataset):
     assert result.stdout.rstrip().endswith("NOT healthy: 2 problem(s)")
 
 
+def test_a_split_the_dataset_lacks_is_named_with_the_splits_it_has(crude_dataset):
+    """As preview and mount name it (energon's loader stopped on `AssertionError: Invalid split part`)."""
+    result = run_shardprep("verify", str(crude_dataset), "--load", "--split", "nosuch")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{crude_dataset} has no split 'nosuch'; its splits are test, train, val." in result.stderr
+
+
 def test_split_without_load_is_a_usage_error(crude_dataset):
     result = run_shardprep("verify", str(crude_dataset), "--split", "train")
     assert result.returncode == 2 and "--split is for --load" in result.stderr
