@@ -121,3 +121,23 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
         for option in command.params:
             if option.param_type_name == "option":
                 assert option.help, f"shardprep {name} {option.opts[0]} has no help text"
+
+
+def test_write_help_says_what_goes_over_maxcount_and_maxsize() -> None:
+    """A sample bigger than --maxsize, and a --group-contiguous group over either limit, get a shard each."""
+    result = subprocess.run(
+        [sys.executable, "-m", "prep", "write", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
+    text = " ".join(result.stdout.split())
+    assert (
+        "Samples per shard at most (but for a --group-contiguous group larger than this: a shard of its own)"
+        in text
+    )
+    assert (
+        "Bytes per shard at most (but for one sample, or a --group-contiguous group, larger than this" in text
+    )

@@ -84,8 +84,21 @@ def _progress_text(progress: WriteProgress) -> str:
     "--part", "parts", multiple=True, help="FIELD=PART, e.g. text=txt, meta=json, image=jpg. Repeatable."
 )
 @click.option("--key-column", help="Field holding each sample's key [default: generated, zero-padded].")
-@click.option("--maxcount", type=int, default=10_000, show_default=True, help="Samples per shard at most.")
-@click.option("--maxsize", type=float, default=3e9, show_default=True, help="Bytes per shard at most.")
+@click.option(
+    "--maxcount",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="Samples per shard at most (but for a --group-contiguous group larger than this: a shard of its own).",
+)
+@click.option(
+    "--maxsize",
+    type=float,
+    default=3e9,
+    show_default=True,
+    help="Bytes per shard at most (but for one sample, or a --group-contiguous group, larger than this: a"
+    " shard of its own).",
+)
 @click.option("--shard-pattern", default=DEFAULT_SHARD_PATTERN, show_default=True, help="Shard file names.")
 @click.option(
     "--split-ratio",
