@@ -249,3 +249,9 @@ class ProgressLine:
             sys.stderr.write("\n")
             sys.stderr.flush()
             self._width = 0
+
+
+if __name__ == "__main__":  # `python -m prep.cli ...`, as `python -m prep ...`: one copy of this module runs
+    import prep.cli
+
+    prep.cli.main()

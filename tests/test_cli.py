@@ -33,6 +33,27 @@ def test_help_lists_prepare() -> None:
     assert result.returncode == 0 and "prepare" in result.stdout
 
 
+def test_the_entry_point_module_runs_as_a_script_too(tmp_path) -> None:
+    """`python -m prep.cli` (the module pyproject's `shardprep` script names) runs the command line, as
+    `python -m prep` does, instead of exiting silently having done nothing."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "prep.cli", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert listed.returncode == 0 and "prepare" in listed.stdout
+    failed = subprocess.run(
+        [sys.executable, "-m", "prep.cli", "prepare", str(tmp_path / "missing"), "--non-interactive"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert failed.returncode == 1 and "does not exist" in failed.stderr, failed.stderr
+
+
 def run_on_a_terminal(*args: str) -> str:
     """`python -m prep ARGS` with its output on a pseudo-terminal, as a user at a terminal sees it."""
     import pty
