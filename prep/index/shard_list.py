@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from prep.errors import PrepError
 from prep.index.format import SHARD_SUFFIXES
 
 
@@ -54,5 +55,8 @@ def exclude_shards(shards: list[str], pattern: str | None) -> list[str]:
     """Drop shards whose relative path matches `pattern` anywhere (`re.search`), as energon's --exclude."""
     if not pattern:
         return shards
-    regex = re.compile(pattern)
+    try:
+        regex = re.compile(pattern)
+    except re.error as error:
+        raise PrepError(f"Invalid --exclude regex {pattern!r}: {error}.") from None
     return [shard for shard in shards if not regex.search(shard)]

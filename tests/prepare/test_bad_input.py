@@ -126,6 +126,10 @@ def test_every_bad_shard_is_listed_in_one_report(prepared: Path) -> None:
     assert message.count("\n  - ") == 2
 
 
+def test_an_exclude_that_is_not_a_regex_is_named_not_a_traceback(prepared: Path) -> None:
+    fails_cleanly(prepared, "Invalid --exclude regex '('", "unterminated subpattern", flags=("--exclude", "("))
+
+
 def test_folder_without_shards(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "readme.txt").write_text("no shards here")
