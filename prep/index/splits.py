@@ -56,8 +56,18 @@ def parse_split_parts(specs: list[str] | tuple[str, ...]) -> list[tuple[str, str
         name, colon, pattern = spec.partition(":")
         if not colon or not name:
             raise PrepError(f"Invalid --split-parts {spec!r}: expected NAME:REGEX, e.g. 'train:train/.*'.")
+        _split_regexes(name, pattern)  # a bad regex is refused before any shard is indexed
         parts.append((name, pattern))
     return parts
+
+
+def _split_regexes(name: str, pattern: str) -> list[re.Pattern]:
+    """The regexes of one --split-parts pattern, brace-expanded as energon expands it; PrepError if one
+    does not compile."""
+    try:
+        return [re.compile(expanded) for expanded in expand([pattern])]
+    except (re.error, ValueError) as error:  # ValueError: braceexpand's unbalanced braces
+        raise PrepError(f"Invalid --split-parts regex {pattern!r} for split {name!r}: {error}.") from None
 
 
 def split_by_ratio(
@@ -86,10 +96,7 @@ def split_by_patterns(shards: list[str], patterns: list[tuple[str, str]]) -> dic
     """Each split takes the shards that a brace-expanded regex matches at their start (`re.match`)."""
     splits: dict[str, list[str]] = {}
     for name, pattern in patterns:
-        try:
-            regexes = [re.compile(expanded) for expanded in expand([pattern])]
-        except re.error as error:
-            raise PrepError(f"Invalid --split-parts regex {pattern!r} for split {name!r}: {error}.") from None
+        regexes = _split_regexes(name, pattern)
         splits[name] = [shard for shard in shards if any(regex.match(shard) for regex in regexes)]
     return splits
 

@@ -130,6 +130,16 @@ def test_an_exclude_that_is_not_a_regex_is_named_not_a_traceback(prepared: Path)
     fails_cleanly(prepared, "Invalid --exclude regex '('", "unterminated subpattern", flags=("--exclude", "("))
 
 
+def test_split_parts_with_unbalanced_braces_or_a_bad_regex_are_named_not_a_traceback(prepared: Path) -> None:
+    fails_cleanly(
+        prepared,
+        "Invalid --split-parts regex 'shard-{000' for split 'train'",
+        "Unbalanced braces",
+        flags=("--split-parts", "train:shard-{000"),
+    )
+    fails_cleanly(prepared, "Invalid --split-parts regex '(' for split 'val'", flags=("--split-parts", "val:("))
+
+
 def test_folder_without_shards(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "readme.txt").write_text("no shards here")
