@@ -21,7 +21,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from prep.errors import PrepError
-from prep.index.format import SAMPLE_LOADER_PY
+from prep.index.format import (
+    INDEX_SQLITE,
+    INDEX_UUID,
+    INFO_JSON,
+    INFO_YAML,
+    META_DIR,
+    SAMPLE_LOADER_PY,
+    SPLIT_YAML,
+)
 from prep.index.sample_types import SAMPLE_TYPES
 
 CRUDE_CLASS = "CrudeWebdataset"
@@ -95,6 +103,32 @@ class DatasetDefinition(NamedTuple):
 
     yaml: str
     sample_loader: str | None = None
+
+
+#: The index's own files: a dataset.yaml written under one of these names would replace it.
+_INDEX_FILES = (INFO_JSON, INFO_YAML, SPLIT_YAML, INDEX_SQLITE, INDEX_UUID, SAMPLE_LOADER_PY)
+
+
+def check_dataset_yaml_name(name: str) -> None:
+    """Refuse a --dataset-yaml-name that is not a file inside `.nv-meta` or that is one of the index's own
+    files (energon writes there anyway: over its own index.sqlite, or over a shard with `../`).
+
+    >>> check_dataset_yaml_name("configs/captioning.yaml")
+    >>> check_dataset_yaml_name("split.yaml")
+    Traceback (most recent call last):
+    prep.errors.PrepError: --dataset-yaml-name 'split.yaml' names a file of the index itself (.nv-meta/split.yaml), which the dataset.yaml would replace. Give another name, e.g. dataset.yaml.
+    """
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise PrepError(
+            f"--dataset-yaml-name {name!r} must be a file name inside {META_DIR} (a relative path without"
+            " empty, '.' or '..' parts), e.g. dataset.yaml or configs/captioning.yaml."
+        )
+    if name in _INDEX_FILES:
+        raise PrepError(
+            f"--dataset-yaml-name {name!r} names a file of the index itself ({META_DIR}/{name}), which the"
+            " dataset.yaml would replace. Give another name, e.g. dataset.yaml."
+        )
 
 
 def check_definition(sample_type: SampleType, field_map: dict[str, str] | None) -> None:

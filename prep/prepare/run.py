@@ -46,6 +46,7 @@ from prep.engines import LOCAL, check_engine
 from prep.errors import MAX_REPORTED_ERRORS, PrepError, ShardError, errors_report, plain_io_errors
 from prep.index.dataset_yaml import (
     DatasetDefinition,
+    check_dataset_yaml_name,
     check_definition,
     define_dataset,
     find_sample_type,
@@ -183,6 +184,8 @@ class PrepareOptions:
         field_map = parse_field_map(self.field_map) if self.field_map is not None else None
         if self.sample_type is not None:
             check_definition(find_sample_type(self.sample_type), field_map)
+        if not (self.skip_dataset_yaml or self.tar_index_only):
+            check_dataset_yaml_name(self.dataset_yaml_name)
 
 
 class StagedIndex:
@@ -208,6 +211,7 @@ class StagedIndex:
     def write_meta(self, name: str, text: str) -> None:
         """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files."""
         path = self.staging.meta_file(name)
+        path.parent.mkdir(parents=True, exist_ok=True)  # a name may be in a sub-folder: configs/x.yaml
         path.write_text(text)
         if self.file_mode is not None:
             os.chmod(path, self.file_mode)

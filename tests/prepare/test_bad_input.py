@@ -127,7 +127,9 @@ def test_every_bad_shard_is_listed_in_one_report(prepared: Path) -> None:
 
 
 def test_an_exclude_that_is_not_a_regex_is_named_not_a_traceback(prepared: Path) -> None:
-    fails_cleanly(prepared, "Invalid --exclude regex '('", "unterminated subpattern", flags=("--exclude", "("))
+    fails_cleanly(
+        prepared, "Invalid --exclude regex '('", "unterminated subpattern", flags=("--exclude", "(")
+    )
 
 
 def test_split_parts_with_unbalanced_braces_or_a_bad_regex_are_named_not_a_traceback(prepared: Path) -> None:
@@ -137,7 +139,25 @@ def test_split_parts_with_unbalanced_braces_or_a_bad_regex_are_named_not_a_trace
         "Unbalanced braces",
         flags=("--split-parts", "train:shard-{000"),
     )
-    fails_cleanly(prepared, "Invalid --split-parts regex '(' for split 'val'", flags=("--split-parts", "val:("))
+    fails_cleanly(
+        prepared, "Invalid --split-parts regex '(' for split 'val'", flags=("--split-parts", "val:(")
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("../shard-001.tar", "must be a file name inside .nv-meta"),  # energon writes the YAML over the shard
+        ("/tmp/elsewhere.yaml", "must be a file name inside .nv-meta"),
+        ("", "must be a file name inside .nv-meta"),
+        ("index.sqlite", "names a file of the index itself (.nv-meta/index.sqlite)"),
+        ("split.yaml", "names a file of the index itself (.nv-meta/split.yaml)"),
+    ],
+)
+def test_a_dataset_yaml_name_outside_nv_meta_or_over_an_index_file_is_refused(
+    prepared: Path, name: str, expected: str
+) -> None:
+    fails_cleanly(prepared, f"--dataset-yaml-name {name!r}", expected, flags=("--dataset-yaml-name", name))
 
 
 def test_folder_without_shards(tmp_path: Path) -> None:

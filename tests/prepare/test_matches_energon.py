@@ -128,6 +128,17 @@ def test_split_parts_and_exclude_match_energon(tmp_path: Path) -> None:
     assert not (ours / "broken" / "skip-me.tar.idx").exists()
 
 
+def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_is_written_like_energon(tmp_path: Path) -> None:
+    """`--dataset-yaml-name configs/text.yaml` (what a metadataset's `dataset_config` names): the folder is
+    made, as energon makes it."""
+    dataset = tmp_path / "configs"
+    write_tarfile(dataset / "a.tar", sample_members("a-", 4))
+    flags = [*FLAGS, "--sample-type", "TextSample", "--field-map", '{"text": "txt"}']
+    ours, theirs = prepare_both(dataset, *flags, "--dataset-yaml-name", "configs/text.yaml")
+    assert_same_index(ours, theirs, dataset_yaml="configs/text.yaml")
+    assert not (ours / ".nv-meta" / "dataset.yaml").exists()
+
+
 def test_tar_index_only_rebuilds_indexes_like_energon(tmp_path: Path) -> None:
     dataset = tmp_path / "reindex"
     for n in range(3):
