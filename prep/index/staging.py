@@ -28,7 +28,7 @@ from pathlib import Path
 from prep.index.format import INDEX_SQLITE, META_DIR, tar_index_name
 
 #: Files a prepare always rebuilds; the rest of an existing `.nv-meta` (dataset.yaml, sample_loader.py,
-#: the user's own files) is carried over unless the run writes a new version.
+#: the user's own files and folders) is carried over unless the run writes a new version.
 _REBUILT = frozenset({INDEX_SQLITE})
 #: What `Staging._staged_name` makes, and nothing a user would name a file.
 _STAGED_NAME = re.compile(r".+\.shardprep-[0-9a-f]{12}\.(tmp|old)")
@@ -75,8 +75,13 @@ class Staging:
                 os.chmod(self.staged_meta, meta_mode)
             if carry_over and self.meta.is_dir():
                 for entry in self.meta.iterdir():
-                    if entry.name not in _REBUILT and entry.is_file():
-                        shutil.copy2(entry, self.staged_meta / entry.name)
+                    if entry.name in _REBUILT:
+                        continue
+                    target = self.staged_meta / entry.name
+                    if entry.is_dir() and not entry.is_symlink():  # the user's own sub-folders too
+                        shutil.copytree(entry, target, symlinks=True)
+                    elif entry.is_symlink() or entry.is_file():  # a symbolic link stays a link
+                        shutil.copy2(entry, target, follow_symlinks=False)
 
     def _staged_name(self, final: Path, tag: str = "tmp") -> Path:
         """`final`'s staged name: `NAME.shardprep-TOKEN.tmp`, or where that would be too long a name (a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -137,6 +138,23 @@ def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_is_written_like_energon(tmp_p
     ours, theirs = prepare_both(dataset, *flags, "--dataset-yaml-name", "configs/text.yaml")
     assert_same_index(ours, theirs, dataset_yaml="configs/text.yaml")
     assert not (ours / ".nv-meta" / "dataset.yaml").exists()
+
+
+def test_a_second_prepare_keeps_the_users_folders_and_links_in_nv_meta_as_energon_does(
+    tmp_path: Path,
+) -> None:
+    """energon writes its own files into .nv-meta and leaves the rest; so does a prepare over an index."""
+    dataset = tmp_path / "kept"
+    write_tarfile(dataset / "a.tar", sample_members("a-", 4))
+    run_shardprep("prepare", str(dataset), *FLAGS, "--crude", check=True)
+    meta = dataset / ".nv-meta"
+    (meta / "configs" / "deep").mkdir(parents=True)
+    (meta / "configs" / "deep" / "text.yaml").write_text("field_map: {text: txt}\n")
+    (meta / "linked.yaml").symlink_to("configs/deep/text.yaml")
+    for flags in (("--force-overwrite",), ("--tar-index-only",)):
+        run_shardprep("prepare", str(dataset), *FLAGS, "--crude", *flags, check=True)
+        assert (meta / "configs" / "deep" / "text.yaml").read_text() == "field_map: {text: txt}\n"
+        assert os.readlink(meta / "linked.yaml") == "configs/deep/text.yaml"
 
 
 def test_tar_index_only_rebuilds_indexes_like_energon(tmp_path: Path) -> None:
