@@ -145,7 +145,7 @@ def define_dataset(
     check_definition(sample_type, field_map)
     if sample_type.crude:
         return DatasetDefinition(dataset_yaml_text(crude_definition()))
-    if field_map:
+    if field_map is not None:  # an empty map too (`field_map: {}`), as energon writes it
         return DatasetDefinition(dataset_yaml_text(field_map_definition(sample_type, field_map)))
     return DatasetDefinition(
         dataset_yaml_text(sample_loader_definition(sample_type, SAMPLE_LOADER_PY)),

@@ -48,6 +48,24 @@ def test_field_map_questions_match_energon_and_write_the_same_files(tmp_path: Pa
     assert yaml.safe_load((ours / ".nv-meta" / "dataset.yaml").read_text())["field_map"] == {"text": "txt"}
 
 
+def test_an_empty_field_map_is_written_as_energon_writes_it_not_as_a_sample_loader(tmp_path: Path) -> None:
+    """`--field-map '{}'`, or a field map asked for a type without fields (Sample): `field_map: {}`."""
+    ours = make_dataset(tmp_path / "empty-map")
+    theirs = twin(ours, "empty-map-energon")
+    flags = ["--non-interactive", "--no-progress", "--split-ratio", "1,0,0", "--sample-type", "TextSample"]
+    run_shardprep("prepare", str(ours), *flags, "--field-map", "{}", check=True)
+    run_energon_prepare(str(theirs), *flags, "--field-map", "{}")
+    assert_same_index(ours, theirs)
+    assert "field_map: {}" in (ours / ".nv-meta" / "dataset.yaml").read_text()
+    assert not (ours / ".nv-meta" / "sample_loader.py").exists()
+    # interactively: continue; split; create dataset.yaml; Sample; a field map (of no fields)
+    answers = f"y\n1,0,0\ny\n{choice('Sample')}\ny\n"
+    run_shardprep("prepare", str(ours), "--no-progress", input=answers, check=True)
+    run_energon_prepare(str(theirs), "--no-progress", input=answers)
+    assert_same_index(ours, theirs)
+    assert "field_map: {}" in (ours / ".nv-meta" / "dataset.yaml").read_text()
+
+
 def test_declining_to_continue_over_an_existing_index_changes_nothing(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "again")
     first = run_shardprep(
