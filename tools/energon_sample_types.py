@@ -1,4 +1,5 @@
-"""Regenerate `prep/index/sample_types.py`: energon's sample types and their fields, as plain data.
+"""Regenerate `prep/index/sample_types.py`: energon's sample types and their fields, as plain data, and
+each field's type as energon's prepare wizard words it in its questions.
 
 `prep` must not import energon (it would pull torch into every command), yet the prepare wizard lists
 energon's sample types and asks for their fields. This tool reads them from the installed energon and
@@ -44,6 +45,20 @@ def energon_sample_types() -> list[tuple[str, list[tuple[str, str, bool, object]
     return table
 
 
+def energon_prompt_types() -> dict[str, list[str]]:
+    """Each sample class's field types as energon's wizard shows them in its field questions
+    (`str(field.type)`: `<class 'str'>`, `typing.Optional[int]`), in field order."""
+    import megatron.energon as energon
+
+    return {
+        cls.__name__: [
+            str(field.type) for field in dataclasses.fields(cls) if field.name not in HIDDEN_FIELDS
+        ]
+        for _, cls in inspect.getmembers(energon)
+        if isinstance(cls, type) and issubclass(cls, energon.Sample)
+    }
+
+
 def main() -> None:
     import megatron.energon as energon
 
@@ -53,6 +68,9 @@ def main() -> None:
     print()
     print("# (class name, [(field name, type, has default, default)]), in the order energon lists them")
     print(f"SAMPLE_TYPES = {pprint.pformat(energon_sample_types(), width=110)}")
+    print()
+    print("# Each field's type as energon's wizard words it in the field questions (`str(field.type)`)")
+    print(f"PROMPT_TYPES = {pprint.pformat(energon_prompt_types(), width=110, sort_dicts=False)}")
 
 
 if __name__ == "__main__":

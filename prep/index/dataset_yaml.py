@@ -30,7 +30,7 @@ from prep.index.format import (
     SAMPLE_LOADER_PY,
     SPLIT_YAML,
 )
-from prep.index.sample_types import SAMPLE_TYPES
+from prep.index.sample_types import PROMPT_TYPES, SAMPLE_TYPES
 
 CRUDE_CLASS = "CrudeWebdataset"
 CRUDE_LABEL = "Crude sample (plain dict for cooking)"
@@ -38,9 +38,12 @@ CRUDE_LABEL = "Crude sample (plain dict for cooking)"
 
 class SampleField(NamedTuple):
     name: str
+    #: The type as a sample loader's comment names it: `str`, `torch.Tensor`, `typing.Optional[int]`.
     type: str
     has_default: bool
     default: object
+    #: The type as energon's wizard words it in its field questions: `<class 'str'>`, `typing.Optional[int]`.
+    prompt_type: str = ""
 
 
 class SampleType(NamedTuple):
@@ -58,7 +61,14 @@ class SampleType(NamedTuple):
 def sample_types() -> list[SampleType]:
     """energon's sample types in the order its wizard numbers them, the crude choice last."""
     listed = [
-        SampleType(name, name, tuple(SampleField(*field) for field in fields))
+        SampleType(
+            name,
+            name,
+            tuple(
+                SampleField(*field, prompt_type)
+                for field, prompt_type in zip(fields, PROMPT_TYPES[name], strict=True)
+            ),
+        )
         for name, fields in SAMPLE_TYPES
     ]
     return [*listed, SampleType(CRUDE_LABEL, CRUDE_CLASS, ())]

@@ -70,3 +70,52 @@ SAMPLE_TYPES = [
         ],
     ),
 ]
+
+# Each field's type as energon's wizard words it in the field questions (`str(field.type)`)
+PROMPT_TYPES = {
+    "CaptioningSample": ["<class 'torch.Tensor'>", "<class 'str'>"],
+    "ImageClassificationSample": ["<class 'torch.Tensor'>", "typing.Optional[int]", "typing.Optional[str]"],
+    "ImageSample": ["<class 'torch.Tensor'>"],
+    "InterleavedSample": ["typing.List[typing.Union[torch.Tensor, str]]"],
+    "MultiChoiceVQASample": [
+        "<class 'torch.Tensor'>",
+        "<class 'str'>",
+        "typing.Optional[typing.List[str]]",
+        "<class 'int'>",
+    ],
+    "OCRSample": [
+        "<class 'torch.Tensor'>",
+        "<class 'str'>",
+        "typing.Optional[torch.Tensor]",
+        "typing.Union[torch.Tensor, typing.List[str], NoneType]",
+        "typing.Optional[typing.List[str]]",
+        "typing.Optional[torch.Tensor]",
+        "typing.Optional[typing.List[str]]",
+        "typing.Optional[torch.Tensor]",
+        "typing.Optional[typing.List[str]]",
+        "typing.Optional[torch.Tensor]",
+        "typing.Optional[typing.List[str]]",
+    ],
+    "Sample": [],
+    "SimilarityInterleavedSample": [
+        "typing.List[torch.Tensor]",
+        "typing.List[str]",
+        "typing.Optional[typing.List[torch.Tensor]]",
+        "typing.Optional[typing.List[torch.Tensor]]",
+        "typing.Optional[torch.Tensor]",
+        "typing.Optional[typing.List[int]]",
+    ],
+    "TextSample": ["<class 'str'>"],
+    "VQASample": [
+        "<class 'torch.Tensor'>",
+        "<class 'str'>",
+        "typing.Optional[typing.List[str]]",
+        "typing.Optional[torch.Tensor]",
+    ],
+    "VidQASample": [
+        "<class 'megatron.energon.av.av_decoder.AVDecoder'>",
+        "<class 'str'>",
+        "typing.Optional[typing.List[str]]",
+        "typing.Optional[torch.Tensor]",
+    ],
+}

@@ -199,7 +199,7 @@ def _ask_field_map(sample_type: SampleType, part_names: list[str]) -> dict[str, 
         default = f", default: {field.default}" if field.has_default else ""
         while True:
             answer = click.prompt(
-                f"Please enter a webdataset field name for '{field.name}' ({field.type}{default})",
+                f"Please enter a webdataset field name for '{field.name}' ({field.prompt_type}{default})",
                 default="",
                 show_default=False,
             ).strip()

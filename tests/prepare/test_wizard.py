@@ -38,7 +38,7 @@ def test_field_map_questions_match_energon_and_write_the_same_files(tmp_path: Pa
         f"{choice('CrudeWebdataset')}. Crude sample (plain dict for cooking)",
         "Please enter a number to choose a class",
         "Do you want to set a simple field_map[Y] (or write your own sample_loader [n])?",
-        "Please enter a webdataset field name for 'text' (str)",
+        "Please enter a webdataset field name for 'text' (<class 'str'>)",  # str(field.type), as energon
         "That type doesn't exist in the WebDataset. Please try again.",
     ]
     positions = [out.index(text) for text in order]
