@@ -174,7 +174,7 @@ def _ask_sample_type() -> SampleType:
         click.echo(f"{number}. {sample_type.label}")
     while True:
         choice = click.prompt("Please enter a number to choose a class", type=int)
-        if 0 <= choice < len(choices):
+        if -len(choices) <= choice < len(choices):  # energon takes -1 for the last, as a list index does
             return choices[choice]
         click.echo("Invalid choice. Please try again.")
 
@@ -202,11 +202,11 @@ def _ask_field_map(sample_type: SampleType, part_names: list[str]) -> dict[str, 
                 f"Please enter a webdataset field name for '{field.name}' ({field.prompt_type}{default})",
                 default="",
                 show_default=False,
-            ).strip()
+            )  # not stripped: energon checks the answer as typed, so " txt" is asked again
             if not answer and field.has_default:
                 break
             unknown = [option for option in answer.split(",") if option.split("[", 1)[0] not in part_names]
-            if answer and not unknown:
+            if not unknown:
                 field_map[field.name] = answer
                 break
             click.echo("That type doesn't exist in the WebDataset. Please try again.")

@@ -66,6 +66,25 @@ def test_an_empty_field_map_is_written_as_energon_writes_it_not_as_a_sample_load
     assert "field_map: {}" in (ours / ".nv-meta" / "dataset.yaml").read_text()
 
 
+def test_the_wizard_takes_the_answers_energon_takes(tmp_path: Path) -> None:
+    """Driven by the same keystrokes, both end with the same dataset.yaml: a negative class number counts
+    from the end of the list (-1: crude), and a field answer is checked as typed (" txt" is asked again)."""
+    ours = make_dataset(tmp_path / "answers")
+    theirs = twin(ours, "answers-energon")
+    run_shardprep("prepare", str(ours), "--no-progress", input="8,1,1\ny\n-1\n", check=True)
+    run_energon_prepare(str(theirs), "--no-progress", input="8,1,1\ny\n-1\n")
+    assert_same_index(ours, theirs)
+    assert yaml.safe_load((ours / ".nv-meta" / "dataset.yaml").read_text())["__class__"] == "CrudeWebdataset"
+    # continue; split; create; TextSample counted from the end; field map; " txt" (refused), then "txt"
+    answers = f"y\n8,1,1\ny\n{int(choice('TextSample')) - len(sample_types())}\ny\n txt\ntxt\n"
+    result = run_shardprep("prepare", str(ours), "--no-progress", input=answers, check=True)
+    energon = run_energon_prepare(str(theirs), "--no-progress", input=answers)
+    assert_same_index(ours, theirs)
+    assert yaml.safe_load((ours / ".nv-meta" / "dataset.yaml").read_text())["field_map"] == {"text": "txt"}
+    refused = "That type doesn't exist in the WebDataset. Please try again."
+    assert result.stdout.count(refused) == energon.stdout.count(refused) == 1
+
+
 def test_declining_to_continue_over_an_existing_index_changes_nothing(tmp_path: Path) -> None:
     root = make_dataset(tmp_path / "again")
     first = run_shardprep(
