@@ -549,7 +549,8 @@ def stage_index(
 
 def _check_index_files(root: Path, shards: list[str], source: ShardSource | None) -> None:
     """A PrepError for shards whose `.tar.idx` cannot be written: its name would be longer than a file
-    name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four), or a folder has it."""
+    name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four), another shard's index
+    has it (`a.tar` and `a.tgz`), or a folder has it."""
     too_long = [
         shard for shard in shards if len(os.fsencode(PurePosixPath(tar_index_name(shard)).name)) > NAME_MAX
     ]
@@ -561,6 +562,15 @@ def _check_index_files(root: Path, shards: list[str], source: ShardSource | None
             f" be longer than the {NAME_MAX} bytes a file name may have, so it cannot be written{where}. Give"
             " the shard a shorter name."
         )
+    first_with: dict[str, str] = {}
+    for shard in shards:
+        other = first_with.setdefault(tar_index_name(shard), shard)
+        if other != shard:
+            raise PrepError(
+                f"{other} and {shard} would both have their index in {tar_index_name(shard)} (energon names a"
+                " shard's index file by replacing its suffix), so one index would overwrite the other. Rename"
+                " one of the two shards, or leave one out with --exclude."
+            )
     if source is None:
         folders = [shard for shard in shards if (root / tar_index_name(shard)).is_dir()]
         if folders:

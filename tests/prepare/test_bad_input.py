@@ -160,6 +160,15 @@ def test_a_dataset_yaml_name_outside_nv_meta_or_over_an_index_file_is_refused(
     fails_cleanly(prepared, f"--dataset-yaml-name {name!r}", expected, flags=("--dataset-yaml-name", name))
 
 
+def test_a_tar_and_a_tgz_of_one_name_are_refused_not_indexed_into_one_index_file(prepared: Path) -> None:
+    """Both would have shard-001.tar.idx, and energon's loader reads a shard's samples at the offsets in it:
+    energon writes the file twice and one shard reads the other's offsets."""
+    write_tarfile(prepared / "shard-001.tgz", sample_members("plain-tgz-", 3))  # an uncompressed tar
+    fails_cleanly(
+        prepared, "shard-001.tar and shard-001.tgz would both have their index in shard-001.tar.idx"
+    )
+
+
 def test_folder_without_shards(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "readme.txt").write_text("no shards here")
