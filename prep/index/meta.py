@@ -24,6 +24,18 @@ from prep.index.format import ENERGON_FORMAT_VERSION, INFO_JSON, INFO_YAML, META
 RERUN_PREPARE = "Re-run `shardprep prepare` (or `energon prepare`) on the dataset folder."
 
 _NUMBER = re.compile(r"\d+")
+#: What `braceexpand` reads as syntax in a name: braces, and the backslash that escapes them.
+_BRACE_SYNTAX = re.compile(r"([\\{}])")
+
+
+def _escaped(literal: str) -> str:
+    r"""A literal piece of a shard name with its braces and backslashes escaped, so that energon's
+    `braceexpand` gives it back as it is (a shard may be named `y{1..2}.tar`).
+
+    >>> print(_escaped("y{1..2}.tar"), _escaped("a\\b.tar"))
+    y\{1..2\}.tar a\\b.tar
+    """
+    return _BRACE_SYNTAX.sub(r"\\\1", literal)
 
 
 def _tokens(name: str) -> tuple[list[str], list[str]]:
@@ -52,10 +64,13 @@ def _changed_slot(previous: list[str], current: list[str]) -> int | None:
 
 
 def collapse(names: list[str]) -> list[str]:
-    """Replace each run of names counting up in one number by a brace range, keeping the order.
+    """Replace each run of names counting up in one number by a brace range, keeping the order; braces
+    and backslashes of the names themselves are escaped. `expand` gives the names back.
 
     >>> collapse(["s/000.tar", "s/001.tar", "s/002.tar", "t.tar", "s/007.tar"])
     ['s/{000..002}.tar', 't.tar', 's/007.tar']
+    >>> expand(collapse(["{a}-0.tar", "{a}-1.tar", "z}.tar"]))
+    ['{a}-0.tar', '{a}-1.tar', 'z}.tar']
     """
     out: list[str] = []
     i = 0
@@ -74,12 +89,12 @@ def collapse(names: list[str]) -> list[str]:
             slot, last = changed, digits
             j += 1
         if slot is None:
-            out.append(names[i])
+            out.append(_escaped(names[i]))
         else:
-            pieces = [literals[0]]
+            pieces = [_escaped(literals[0])]
             for k, run in enumerate(first):
                 pieces.append(f"{{{run}..{last[k]}}}" if k == slot else run)
-                pieces.append(literals[k + 1])
+                pieces.append(_escaped(literals[k + 1]))
             out.append("".join(pieces))
         i = j if slot is not None else i + 1
     return out

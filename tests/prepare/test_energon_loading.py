@@ -55,6 +55,18 @@ def test_field_map_dataset_loads_every_sample(tmp_path: Path) -> None:
     assert loaded == tar_texts(tmp_path, shards)
 
 
+def test_shards_named_with_braces_and_backslashes_load_under_their_own_names(tmp_path: Path) -> None:
+    """energon reads split.yaml through braceexpand: a shard named `y{1..2}.tar` must come back as itself
+    (energon's own prepare expands such names and fails), not as y1.tar and y2.tar."""
+    names = ["x{a}.tar", "y{1..2}.tar", "y{1..2}-0.tar", "y{1..2}-1.tar", "z}.tar", "back\\slash.tar"]
+    for number, name in enumerate(names):
+        write_tarfile(tmp_path / name, [(f"s{number}-{i}.txt", f"{name} {i}".encode()) for i in range(3)])
+    prepare(tmp_path, "--sample-type", "TextSample", "--field-map", '{"text": "txt"}')
+    shards = sorted(names)  # energon's order for names of one folder
+    loaded = [(sample.__key__, sample.text) for sample in load_all(tmp_path)]
+    assert loaded == tar_texts(tmp_path, shards)
+
+
 def test_training_loader_reads_our_tar_idx(tmp_path: Path) -> None:
     """get_train_dataset reads the `.tar.idx` files (not sqlite): one epoch holds every sample exactly once."""
     shards = make_text_dataset(tmp_path)
