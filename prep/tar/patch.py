@@ -147,11 +147,12 @@ def prefixed_blocks(blocks: np.ndarray, prefix: bytes) -> tuple[np.ndarray, np.n
     ustar = _is_ustar(blocks)
     at_once = (name_length + width <= _NAME_WIDTH) & (~ustar | ~blocks[:, PREFIX].any(axis=1))
     rows = np.flatnonzero(at_once)
-    kept = np.arange(_NAME_WIDTH - width) < name_length[rows, None]
-    names = np.zeros((len(rows), _NAME_WIDTH), dtype=np.uint8)
-    names[:, :width] = np.frombuffer(prefix, dtype=np.uint8)
-    names[:, width:] = np.where(kept, blocks[rows, : _NAME_WIDTH - width], 0)
-    renamed[rows, NAME] = names
+    if len(rows):  # none when the prefix alone is wider than the name field (a shard's long path)
+        kept = np.arange(_NAME_WIDTH - width) < name_length[rows, None]
+        names = np.zeros((len(rows), _NAME_WIDTH), dtype=np.uint8)
+        names[:, :width] = np.frombuffer(prefix, dtype=np.uint8)
+        names[:, width:] = np.where(kept, blocks[rows, : _NAME_WIDTH - width], 0)
+        renamed[rows, NAME] = names
     for row in np.flatnonzero(~at_once).tolist():
         block = prefixed_block(blocks[row].tobytes(), prefix)
         if block is None:

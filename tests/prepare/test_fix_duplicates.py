@@ -95,6 +95,24 @@ def test_renamed_shards_and_index_equal_energons(tmp_path: Path) -> None:
     assert shard_bytes(ours) == shard_bytes(theirs)
 
 
+def test_shards_whose_path_is_wider_than_a_name_field_are_renamed_as_energon_renames_them(
+    tmp_path: Path,
+) -> None:
+    """A shard path of over 100 bytes: every renamed name goes into ustar's prefix and name fields (the
+    vectorised path has no row to rename; it ended in numpy's broadcast error)."""
+    pytest.importorskip("numba", reason="energon's --fix-duplicates needs its tar-patcher extra (numba)")
+    ours = tmp_path / "dataset"
+    folder = ours / ("q" * 60) / ("r" * 60)
+    for number in range(2):
+        write_tarfile(folder / f"{number}.tar", sample_members("", 3), tarfile.USTAR_FORMAT)
+    theirs = twin(ours, "energon")
+    run_shardprep("prepare", str(ours), *FLAGS, "--crude", "--fix-duplicates", check=True)
+    fixed = energon_prepare(theirs, *FLAGS, "--sample-type", "CrudeWebdataset", "--fix-duplicates")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert shard_bytes(ours) == shard_bytes(theirs)
+    assert_same_index(ours, theirs)
+
+
 def test_energon_loads_the_fixed_dataset_with_every_sample_once(tmp_path: Path) -> None:
     energon = pytest.importorskip("megatron.energon")
     for number in range(3):
