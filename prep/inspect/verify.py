@@ -29,13 +29,14 @@ from prep.index.dataset import PreparedDataset
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import read_splits
+from prep.index.sqlite import MAKE_READABLE as READABLE
+from prep.index.sqlite import unreadable_reason
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
 from prep.tar.scan import HeaderWalker, first_nonzero, repack_command
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
-READABLE = "make it readable (check its owner and mode)"
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
 REGULAR_TYPEFLAGS = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
@@ -391,7 +392,11 @@ def _check_shard(
     samples: dict | None,
     parts: dict | None,
     deep: bool,
+    *,
+    indexed: bool = True,
 ) -> None:
+    """Check one shard against its `.tar.idx` and, when `indexed` (index.sqlite could be read), against
+    its rows in index.sqlite."""
     shard = dataset.shards[tar_file_id]
     count = dataset.shard_counts[shard]
     checker = _ShardChecker(report, str(dataset.root), shard)
@@ -448,8 +453,8 @@ def _check_shard(
             checker.problem(f"{index_path.name} offsets do not increase; the file is damaged.")
             return
         end = int(offsets[-1])
-        if not _check_tail(checker, fd, end, file_size):
-            return
+        if not _check_tail(checker, fd, end, file_size) or not indexed:
+            return  # without index.sqlite there are no rows to compare (its problem is reported once)
         if samples is None:
             samples = {
                 "index": np.zeros(0, np.int64),
@@ -505,6 +510,23 @@ def _check_shard(
         checker.finish()
 
 
+def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
+    """index.sqlite missing or impossible to open, said once; None when it can be opened (whether it
+    holds energon's tables is for the reader to find)."""
+    where = f"{META_DIR}/{INDEX_SQLITE}"
+    if not dataset.sqlite_path.exists():
+        return Problem(
+            where,
+            "is missing; energon looks samples up by key in it (joined datasets, auxiliary data), and"
+            " `shardprep info` and `preview` read it. energon releases before index.sqlite did not write it.",
+            REPREPARE.format(root=root),
+        )
+    reason = unreadable_reason(dataset.sqlite_path)
+    if reason is not None:
+        return Problem(where, f"cannot be read ({reason}).", READABLE)
+    return None
+
+
 def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> VerifyReport:
     """Check a prepared dataset; the report lists every problem found with its fix."""
     dataset = PreparedDataset(root)
@@ -554,15 +576,22 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                         "add it to a split in split.yaml or re-run prepare",
                     )
                 )
-        try:
-            samples, parts = _load_sqlite(dataset, deep)
-        except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
-            report.problems.append(
-                Problem(
-                    f"{META_DIR}/{INDEX_SQLITE}", f"cannot be read: {error}", REPREPARE.format(root=root_text)
+        sqlite_problem = _sqlite_problem(dataset, root_text)
+        if sqlite_problem is not None:
+            report.problems.append(sqlite_problem)
+        samples, parts = {}, {}
+        if sqlite_problem is None:
+            try:
+                samples, parts = _load_sqlite(dataset, deep)
+            except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
+                report.problems.append(
+                    Problem(
+                        f"{META_DIR}/{INDEX_SQLITE}",
+                        f"cannot be read: {error}",
+                        REPREPARE.format(root=root_text),
+                    )
                 )
-            )
-            samples, parts = {}, {}
+                sqlite_problem = report.problems[-1]
         stray = sorted(set(samples) - set(range(len(dataset.shards))))
         if stray:
             report.problems.append(
@@ -574,7 +603,15 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
             )
         for tar_file_id in range(len(dataset.shards)):
             report.shards += 1
-            _check_shard(report, dataset, tar_file_id, samples.get(tar_file_id), parts.get(tar_file_id), deep)
+            _check_shard(
+                report,
+                dataset,
+                tar_file_id,
+                samples.get(tar_file_id),
+                parts.get(tar_file_id),
+                deep,
+                indexed=sqlite_problem is None,
+            )
     finally:
         dataset.close()
     return report

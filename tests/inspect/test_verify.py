@@ -214,6 +214,47 @@ def test_cli_reports_an_unreadable_shard_or_offset_file_and_checks_the_rest(base
     assert "PROBLEM shard-003.tar:" in result.stdout and "NOT healthy: 2 problem(s)" in result.stdout
 
 
+@pytest.mark.parametrize("damage", ["missing", "unreadable", "not a database"])
+def test_an_index_sqlite_that_cannot_be_read_is_one_problem_and_the_offset_files_are_still_checked(
+    base, tmp_path, damage
+):
+    dataset = damaged(base, tmp_path, "energon")
+    index = dataset / ".nv-meta" / "index.sqlite"
+    if damage == "missing":  # as an energon older than index.sqlite left it
+        index.unlink()
+    elif damage == "unreadable":
+        index.chmod(0)
+    else:
+        index.write_bytes(b"not sqlite" * 100)
+    (dataset / "shard-003.tar.idx").unlink()
+    result = run_shardprep("verify", str(dataset), honour_permissions=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    problems = [line for line in result.stdout.splitlines() if line.startswith("PROBLEM")]
+    what = {
+        "missing": "is missing; energon",
+        "unreadable": "cannot be read (Permission denied)",
+        "not a database": "cannot be read as energon's index",
+    }[damage]
+    assert len(problems) == 2, result.stdout  # not one more per shard saying sqlite has no samples for it
+    assert problems[0].startswith("PROBLEM .nv-meta/index.sqlite: ") and what in problems[0], result.stdout
+    assert (
+        problems[1]
+        == "PROBLEM shard-003.tar: has no offset file shard-003.tar.idx; energon's loader needs it."
+    )
+    fix = result.stdout.splitlines()[result.stdout.splitlines().index(problems[0]) + 1]
+    assert ("make it readable" in fix) == (damage == "unreadable"), fix
+
+
+def test_info_and_preview_name_an_unreadable_index_sqlite_as_unreadable(base, tmp_path):
+    dataset = damaged(base, tmp_path, "energon")
+    (dataset / ".nv-meta" / "index.sqlite").chmod(0)
+    for command in ("info", "preview"):
+        result = run_shardprep(command, str(dataset), honour_permissions=True)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "index.sqlite cannot be read (Permission denied)" in result.stderr, result.stderr
+        assert "make it readable" in result.stderr
+
+
 @pytest.mark.parametrize("folder", ["shard-001.tar", "shard-001.tar.idx"])
 def test_shard_or_offset_file_replaced_by_a_folder_is_reported_as_a_folder(base, tmp_path, folder):
     dataset = damaged(base, tmp_path, "shardprep")
