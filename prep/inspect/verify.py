@@ -26,6 +26,7 @@ from prep.codecs import content_problem
 from prep.errors import PrepError
 from prep.index.columns import TextColumn, segment_gather
 from prep.index.dataset import PreparedDataset
+from prep.index.dataset_yaml import field_map_parts
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import read_splits
@@ -40,6 +41,8 @@ RESTORE = "restore the shard from its source (shardprep never modifies tars), th
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
 REGULAR_TYPEFLAGS = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
+#: Part names listed when a field map names none of them.
+MAX_PART_NAMES = 12
 #: Headers gathered and checked at a time (bounds the copies: 16 MB of headers).
 CHUNK = 32768
 #: The ustar name field's width: member names that fit are compared in bulk, longer ones walked exactly.
@@ -510,6 +513,30 @@ def _check_shard(
         checker.finish()
 
 
+def _unread_fields(config: dict | None, parts: dict[int, dict]) -> list[Problem]:
+    """A problem for each field of dataset.yaml's field map that reads only parts no sample has: energon's
+    loader fails on every sample for it, so it is the field map to fix, not the samples."""
+    field_map = config.get("field_map") if config is not None else None
+    if not isinstance(field_map, dict):
+        return []
+    present = {name for group in parts.values() for name in group["name"].codes()[0]}
+    problems = []
+    for field_name, names in field_map_parts(field_map).items():
+        if not any(name in present for name in names):
+            wanted = " or ".join(repr(name) for name in names)
+            shown = sorted(present)[:MAX_PART_NAMES] + (["..."] if len(present) > MAX_PART_NAMES else [])
+            problems.append(
+                Problem(
+                    f"{META_DIR}/{DATASET_YAML}",
+                    f"the field map reads field {field_name!r} from part {wanted}, which no sample has"
+                    f" (the samples' parts are {', '.join(shown)}): energon's loader fails on"
+                    " every sample.",
+                    f"correct `field_map` in {META_DIR}/{DATASET_YAML} to name a part the samples have",
+                )
+            )
+    return problems
+
+
 def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
     """index.sqlite missing or impossible to open, said once; None when it can be opened (whether it
     holds energon's tables is for the reader to find)."""
@@ -541,8 +568,9 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                 report.problems.append(
                     Problem(f"{META_DIR}/{name}", f"is missing; {why}.", REPREPARE.format(root=root_text))
                 )
+        config = None
         try:
-            dataset.dataset_config()  # energon loads only a readable YAML mapping
+            config = dataset.dataset_config()  # energon loads only a readable YAML mapping
         except PrepError as error:
             report.problems.append(
                 Problem(f"{META_DIR}/{DATASET_YAML}", str(error), REPREPARE.format(root=root_text))
@@ -592,6 +620,8 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                     )
                 )
                 sqlite_problem = report.problems[-1]
+        if parts:
+            report.problems.extend(_unread_fields(config, parts))
         stray = sorted(set(samples) - set(range(len(dataset.shards))))
         if stray:
             report.problems.append(

@@ -192,6 +192,20 @@ def test_dataset_yaml_that_energon_cannot_load_is_reported(base, tmp_path, damag
     ]
 
 
+def test_field_map_reading_a_part_no_sample_has_is_a_dataset_yaml_problem(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "energon", field_map=True), tmp_path / "damaged")
+    dataset_yaml = dataset / ".nv-meta" / "dataset.yaml"
+    text = dataset_yaml.read_text()
+    assert "image: png" in text
+    dataset_yaml.write_text(text.replace("image: png", "image: jpg,webp[image]"))
+    problems = problems_of(dataset)  # energon's loader would fail on every sample, each named alone
+    assert [p.where for p in problems] == [".nv-meta/dataset.yaml"], problems
+    assert "field 'image'" in problems[0].what and "part 'jpg' or 'webp'" in problems[0].what
+    assert "png" in problems[0].what and "field_map" in problems[0].fix
+    dataset_yaml.write_text(text.replace("image: png", "image: jpg,png"))  # one sample has one of them
+    assert verify_dataset(dataset).healthy
+
+
 def test_cli_reports_an_unreadable_dataset_yaml_and_exits_non_zero(base, tmp_path):
     dataset = damaged(base, tmp_path, "shardprep")
     (dataset / ".nv-meta" / "dataset.yaml").chmod(0)
