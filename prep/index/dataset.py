@@ -26,6 +26,7 @@ from prep.index.format import (
     tar_index_name,
 )
 from prep.index.meta import read_dataset_yaml, read_shard_counts, read_splits
+from prep.index.metadataset import metadataset_error, metadataset_file
 from prep.index.sqlite import IndexReader, PartLocation
 
 _CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
@@ -42,6 +43,9 @@ class PreparedDataset:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.meta = self.root / META_DIR
+        metadataset = metadataset_file(self.root)
+        if metadataset is not None:
+            raise metadataset_error(self.root, metadataset)
         if not self.root.is_dir():
             raise PrepError(
                 f"{self.root} is not a folder. Give the folder that holds the shards and {META_DIR}/."

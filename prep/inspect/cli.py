@@ -86,8 +86,11 @@ def verify_command(
     as_json: bool,
     tmp_path: Path | None,
 ) -> None:
-    """Check that .info.json, split files, .tar.idx, sqlite and the tars agree; exit 1 if they do not."""
-    from prep.inspect.verify import Problem, format_report, report_json, verify_dataset
+    """Check that .info.json, split files, .tar.idx, sqlite and the tars agree; exit 1 if they do not.
+
+    Given a metadataset YAML (or the folder holding `metadataset.yaml`), every dataset it names."""
+    from prep.index.metadataset import metadataset_file, named_datasets
+    from prep.inspect.verify import Problem, format_report, report_json, verify_dataset, verify_metadataset
 
     if split is not None and not load:
         raise click.UsageError("--split is for --load.")
@@ -97,6 +100,13 @@ def verify_command(
         if load:
             raise click.UsageError("--load reads every sample; run it on a local copy of a bucket dataset.")
         report = verify_remote(dataset, deep=deep, tmp_path=tmp_path)
+    elif (metadataset := metadataset_file(dataset)) is not None:
+        if load:
+            raise click.UsageError(
+                "--load loads one prepared dataset through its dataset.yaml; run it on each dataset the"
+                f" metadataset names: {named_datasets(metadataset)}."
+            )
+        report = verify_metadataset(metadataset, deep=deep)
     else:
         report = verify_dataset(dataset, deep=deep)
     if load and report.healthy:

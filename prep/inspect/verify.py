@@ -19,6 +19,7 @@ import os
 import stat
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from prep.index.dataset_yaml import field_map_parts
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import read_splits
+from prep.index.metadataset import read_metadataset
 from prep.index.sqlite import MAKE_READABLE as READABLE
 from prep.index.sqlite import unreadable_reason
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
@@ -644,6 +646,65 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
             )
     finally:
         dataset.close()
+    return report
+
+
+def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport:
+    """Check a metadataset: every dataset it names verified (its problems named by its path), and every
+    dataset and auxiliary folder it names there. energon's loader skips every sample whose auxiliary
+    folder is gone without saying why, so a moved one is a problem here."""
+    report = VerifyReport(str(metadataset), deep)
+    where = metadataset.name
+    checked: set[Path] = set()
+
+    def missing(what: str, path: Path, written: str, name: Path) -> Problem:
+        return Problem(
+            str(name) if name != metadataset else where,
+            f"{what} {written!r}, which is {path}: {'it does not exist' if not path.exists() else 'not a folder'}.",
+            f"move it back to {path}, or correct the path in {name} (relative paths start at its folder)",
+        )
+
+    def add(path: Path, prefix: str) -> None:
+        if path in checked:
+            return
+        checked.add(path)
+        try:
+            part = verify_dataset(path, deep=deep)
+        except PrepError as error:
+            report.problems.append(Problem(prefix, str(error), REPREPARE.format(root=path)))
+            return
+        report.shards += part.shards
+        report.samples += part.samples
+        report.parts += part.parts
+        for kind in ("problems", "warnings"):
+            getattr(report, kind).extend(
+                Problem(f"{prefix}/{problem.where}", problem.what, problem.fix)
+                for problem in getattr(part, kind)
+            )
+
+    for reference in read_metadataset(metadataset):
+        name = reference.metadataset
+        if not reference.path.is_dir():
+            report.problems.append(
+                missing(
+                    f"split {reference.split!r} reads the dataset", reference.path, reference.written, name
+                )
+            )
+            continue
+        add(reference.path, os.path.relpath(reference.path, metadataset.parent))
+        for aux in reference.aux:
+            if not aux.path.is_dir():
+                what = f"split {reference.split!r} joins auxiliary dataset {aux.name!r} from"
+                problem = missing(what, aux.path, aux.written, name)
+                if aux.folder:  # energon's loader then skips every sample (its error handler's default)
+                    problem = Problem(
+                        problem.where,
+                        problem.what + " energon's loader skips every sample that reads it.",
+                        problem.fix,
+                    )
+                report.problems.append(problem)
+            elif not aux.folder:
+                add(aux.path, os.path.relpath(aux.path, metadataset.parent))
     return report
 
 

@@ -475,3 +475,58 @@ def test_samples_rechecked_member_by_member_keep_what_energon_keeps(tmp_path, pr
         "does not hold the members its index names" in problems[0].what
         and f"__data/{folder}/k" in problems[0].what
     )
+
+
+def polylithic(folder: Path, aux_format: str) -> Path:
+    """A dataset written with `--media-column`: `primary/`, `media/` and `metadataset.yaml`."""
+    from prep.write import write_dataset
+
+    rows = [{"__key__": f"k{i:02d}", "img": b"IMG%d" % i, "txt": f"caption {i}"} for i in range(6)]
+    write_dataset(rows, folder, media_columns=["img=jpg"], aux_format=aux_format, maxcount=4, num_workers=1)
+    return folder
+
+
+@pytest.mark.parametrize("aux_format", ["folder", "tar"])
+def test_a_metadataset_is_verified_whole_and_a_moved_auxiliary_dataset_is_named(tmp_path, aux_format):
+    folder = polylithic(tmp_path / "poly", aux_format)
+    for given in (folder, folder / "metadataset.yaml"):
+        result = run_shardprep("verify", str(given))
+        assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy"), result.stdout
+    counted = [verify_dataset(folder / "primary")] + (
+        [verify_dataset(folder / "media")] if aux_format == "tar" else []
+    )
+    shards, samples = sum(report.shards for report in counted), sum(report.samples for report in counted)
+    assert f"{shards:,} shards, {samples:,} samples" in result.stdout
+    (folder / "media").rename(tmp_path / "moved")
+    result = run_shardprep("verify", str(folder))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        f"PROBLEM metadataset.yaml: split 'train' joins auxiliary dataset 'media' from"
+        f" '{'filesystem://media' if aux_format == 'folder' else 'media'}', which is {folder / 'media'}:"
+        " it does not exist." in result.stdout
+    ), result.stdout
+    assert f"fix: move it back to {folder / 'media'}, or correct the path in" in result.stdout
+
+
+def test_a_metadataset_whose_primary_dataset_is_damaged_names_the_shard_below_it(tmp_path):
+    folder = polylithic(tmp_path / "poly", "folder")
+    shard = sorted((folder / "primary").glob("*.tar"))[0]
+    os.truncate(shard, 700)
+    result = run_shardprep("verify", str(folder))
+    assert result.returncode == 1
+    assert f"PROBLEM primary/{shard.name}: the shard is 700 bytes" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("command", ["info", "preview"])
+def test_info_and_preview_of_a_metadataset_name_its_datasets_instead_of_asking_to_prepare_it(
+    tmp_path, command
+):
+    folder = polylithic(tmp_path / "poly", "folder")
+    result = run_shardprep(command, str(folder))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "shardprep prepare" not in result.stderr  # preparing it would index primary's shards again
+    assert (
+        f"is an energon metadataset (metadataset.yaml), not a prepared dataset. Give one of the datasets it names: {folder / 'primary'} (split train)"
+        in result.stderr
+    )
+    assert not (folder / ".nv-meta").exists()

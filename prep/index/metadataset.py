@@ -1,0 +1,149 @@
+"""An energon metadataset (a MetadatasetV2 YAML, as `shardprep write --media-column` writes) read for the
+datasets it names, so the inspecting commands can say which folders to look at and check that each is
+where the YAML says.
+
+Every dataset reference is a mapping with a `path` (under `splits`, and inside `blend`, `join` and
+`blend_epochized` lists and mappings); its `aux` mapping names auxiliary datasets, `filesystem://PATH`
+for a plain folder of files, or a prepared dataset's path. Relative paths start at the YAML's folder, as
+energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in object
+storage (`msc://`, `s3://`) are left out: only local folders can be checked here. The YAML is read with
+the safe loader.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from prep.errors import PrepError
+from prep.index.format import META_DIR, METADATASET_YAML
+
+#: A reference with a scheme (`msc://`, `s3://`, `filesystem://`, `filesystem+s3://`).
+_URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<path>.*)", re.IGNORECASE)
+#: The scheme of an auxiliary folder of plain files (not a prepared dataset).
+FILESYSTEM_SCHEME = "filesystem"
+#: How deep metadatasets may name metadatasets (a loop ends here).
+MAX_NESTING = 16
+
+
+@dataclass(frozen=True)
+class AuxReference:
+    """An auxiliary dataset of a dataset reference: its name, the text of the YAML, and where it is."""
+
+    name: str
+    written: str
+    path: Path
+    #: A plain folder of files (`filesystem://`), not a prepared dataset.
+    folder: bool
+
+
+@dataclass(frozen=True)
+class DatasetReference:
+    """A dataset a metadataset names: the YAML naming it, the split it is under, the text of its `path`,
+    where that resolves to, and its auxiliary datasets."""
+
+    metadataset: Path
+    split: str
+    written: str
+    path: Path
+    aux: tuple[AuxReference, ...]
+
+
+def metadataset_file(location: Path) -> Path | None:
+    """The metadataset YAML that `location` stands for: the file itself, or `metadataset.yaml` in a folder
+    that is not a prepared dataset (what `shardprep write --media-column` writes); None otherwise."""
+    if location.is_file() and location.suffix in (".yaml", ".yml"):
+        return location
+    if location.is_dir() and not (location / META_DIR).is_dir() and (location / METADATASET_YAML).is_file():
+        return location / METADATASET_YAML
+    return None
+
+
+def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
+    """Every local dataset reference of the metadataset YAML at `path`, nested metadatasets read in turn.
+
+    PrepError naming the file when it cannot be read or is not a metadataset.
+    """
+    import yaml
+
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise PrepError(f"{path} cannot be read ({error.strerror}).") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        raise PrepError(f"{path} is not a valid YAML file ({error}).") from None
+    if not isinstance(document, dict) or not isinstance(document.get("splits"), dict):
+        raise PrepError(
+            f"{path} is not an energon metadataset (a YAML mapping with `splits`), and a prepared dataset is"
+            f" a folder: give the folder that holds the shards and {META_DIR}/."
+        )
+    references: list[DatasetReference] = []
+    for split, node in document["splits"].items():
+        for written, aux in _references(node):
+            resolved = _resolve(path, written)
+            if resolved is None:
+                continue
+            if resolved.suffix in (".yaml", ".yml") and resolved.is_file():
+                if _depth >= MAX_NESTING:
+                    raise PrepError(f"{path} names metadatasets more than {MAX_NESTING} deep (a loop?).")
+                references.extend(read_metadataset(resolved, _depth + 1))
+                continue
+            references.append(DatasetReference(path, str(split), written, resolved, _aux(path, aux)))
+    return references
+
+
+def _references(node: object) -> list[tuple[str, dict]]:
+    """(path text, aux mapping) of every mapping with a `path` at or below `node`."""
+    if isinstance(node, list):
+        return [found for item in node for found in _references(item)]
+    if not isinstance(node, dict):
+        return []
+    if isinstance(node.get("path"), str):
+        aux = node.get("aux")
+        return [(node["path"], aux if isinstance(aux, dict) else {})]
+    return [found for value in node.values() for found in _references(value)]
+
+
+def _resolve(metadataset: Path, written: str) -> Path | None:
+    """A reference's local path, relative to the metadataset's folder; None for object storage."""
+    match = _URL.match(written)
+    if match is None:
+        return metadataset.parent / written
+    if match.group("scheme").lower() == FILESYSTEM_SCHEME:
+        return metadataset.parent / match.group("path")
+    return None
+
+
+def _aux(metadataset: Path, aux: dict) -> tuple[AuxReference, ...]:
+    found = []
+    for name, written in aux.items():
+        if not isinstance(written, str):
+            continue
+        path = _resolve(metadataset, written)
+        if path is None:
+            continue
+        match = _URL.match(written)
+        folder = match is not None and match.group("scheme").lower() == FILESYSTEM_SCHEME
+        found.append(AuxReference(str(name), written, path, folder))
+    return tuple(found)
+
+
+def metadataset_error(location: Path, metadataset: Path) -> PrepError:
+    """The error for a command that reads one prepared dataset and was given a metadataset: it names the
+    datasets the metadataset names, for the user to give one of them."""
+    try:
+        named = named_datasets(metadataset)
+    except PrepError as error:
+        return error
+    return PrepError(
+        f"{location} is an energon metadataset ({metadataset.name}), not a prepared dataset. Give one of the"
+        f" datasets it names: {named}; `shardprep verify` checks a metadataset whole."
+    )
+
+
+def named_datasets(metadataset: Path) -> str:
+    """The datasets a metadataset names, with their splits, for people: `a/primary (split train)`."""
+    references = read_metadataset(metadataset)
+    named = dict.fromkeys(f"{reference.path} (split {reference.split})" for reference in references)
+    return ", ".join(named) or "none (it names no local dataset)"
