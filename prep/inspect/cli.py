@@ -182,7 +182,8 @@ def preview_command(
             unreadable += shown.unreadable
     if unreadable:
         raise PrepError(
-            f"{unreadable:,} of the parts above could not be read. `shardprep verify {dataset}` names each"
+            f"{unreadable:,} of the parts above could not be read or are not where the index says."
+            f" `shardprep verify {dataset}` names each"
             " damaged shard and what to do about it."
         )
 

@@ -13,7 +13,9 @@ from prep.codecs import TEXT_LIMIT, describe_part, raw_preview
 from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
 from prep.index.meta import RERUN_PREPARE
-from prep.index.sqlite import SampleRow
+from prep.index.sqlite import PartLocation, SampleRow
+from prep.tar.fields import BLOCK, MAX_OCTAL_SIZE, NAME
+from prep.tar.header import header_member
 
 
 def default_split(dataset: PreparedDataset) -> str | None:
@@ -50,6 +52,26 @@ class ShownSample(NamedTuple):
     unreadable: int
 
 
+def _other_member(header: bytes, name: str, location: PartLocation) -> str | None:
+    """Why the 512 bytes before a part's indexed offset are not the header of member `name` with the
+    indexed size, or None when they are (or may be: a name cut at 100 bytes, or written by a PAX record
+    when it is not ASCII, and a size above the ustar field's limit, are not compared)."""
+    at = f"the index puts it at byte {location.offset:,}, but"
+    member = header_member(header)
+    if member is None:
+        return f"{at} no tar header precedes it there: the shard or its index changed after prepare."
+    found, size = member
+    expected = name.encode("utf-8", "surrogateescape")
+    name_differs = found != expected and len(found) < NAME.stop and expected.isascii()
+    if name_differs or (size != location.size and location.size <= MAX_OCTAL_SIZE):
+        shown = found.decode("utf-8", "backslashreplace")
+        return (
+            f"{at} the tar header there is of {shown!r} ({size:,} bytes): the index does not describe"
+            " this shard (it was replaced, or index.sqlite belongs to other shards)."
+        )
+    return None
+
+
 def format_sample(
     dataset: PreparedDataset, sample: SampleRow, *, raw: bool = False, limit: int = TEXT_LIMIT
 ) -> ShownSample:
@@ -62,12 +84,26 @@ def format_sample(
             lines.append(f"-- {part}: its index.sqlite row has no byte offset or size. {RERUN_PREPARE}")
             unreadable += 1
             continue
-        try:
-            data = dataset.read_part(location)
+        if location.offset < BLOCK:
+            lines.append(
+                f"-- {part}: index.sqlite puts it at byte {location.offset:,}, before any header could be. {RERUN_PREPARE}"
+            )
+            unreadable += 1
+            continue
+        try:  # the member's header too: it says whether the index still describes this shard
+            data = dataset.read_part(
+                location._replace(offset=location.offset - BLOCK, size=location.size + BLOCK)
+            )
         except OSError as error:
             lines.append(f"-- {part} ({location.size:,} bytes): unreadable ({error})")
             unreadable += 1
             continue
+        elsewhere = _other_member(data[:BLOCK], f"{sample.key}.{part}", location)
+        if elsewhere is not None:
+            lines.append(f"-- {part} ({location.size:,} bytes): not shown: {elsewhere}")
+            unreadable += 1
+            continue
+        data = data[BLOCK:]
         shown = raw_preview(data, limit) if raw else describe_part(part, data, limit)
         separator = "\n" if "\n" in shown else " "
         body = shown.replace("\n", "\n   ") if separator == "\n" else shown

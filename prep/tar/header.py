@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prep.tar.fields import BLOCK, CHECKSUM
+from prep.tar.fields import BLOCK, CHECKSUM, MAGIC, NAME, PREFIX, SIZE, USTAR
 
 _OUTSIDE_CHECKSUM = np.r_[0 : CHECKSUM.start, CHECKSUM.stop : BLOCK]
 _CHECKSUM_AS_SPACES = 8 * 0x20
@@ -114,6 +114,29 @@ def checksum_ok(header: bytes) -> bool:
     if len(header) != BLOCK:
         return False
     return bool(checksums_match(np.frombuffer(header, dtype=np.uint8).reshape(1, BLOCK))[0])
+
+
+def header_member(header: bytes) -> tuple[bytes, int] | None:
+    """(name, size) that one 512-byte header gives its member, the ustar prefix joined to the name, or
+    None when the block is not a valid header (its checksum does not match, or its size is no number).
+
+    Only the header's own fields: a PAX or GNU long name before it is not seen (its name field then
+    holds the name cut at 100 bytes).
+
+    >>> import tarfile
+    >>> info = tarfile.TarInfo("a/b.txt"); info.size = 5
+    >>> header_member(info.tobuf()), header_member(bytes(BLOCK))
+    ((b'a/b.txt', 5), None)
+    """
+    if not checksum_ok(header) or not any(header):
+        return None
+    try:
+        size = number(header[SIZE])
+    except ValueError:
+        return None
+    name = header[NAME].split(b"\0", 1)[0]
+    prefix = header[PREFIX].split(b"\0", 1)[0] if header[MAGIC].startswith(USTAR) else b""
+    return (prefix + b"/" + name if prefix else name), size
 
 
 def parse_pax(data: bytes) -> dict[str, str]:

@@ -77,9 +77,10 @@ def test_parts_that_cannot_be_read_are_shown_as_unreadable_and_the_command_fails
     assert [line.split()[0] for line in result.stdout.splitlines() if line.startswith("== ")] == ["==", "=="]
     unreadable = result.stdout.count("): unreadable (")
     assert unreadable >= 2 and result.stdout.count("\n-- ") > unreadable  # what could be read is shown
-    assert f"Error: {unreadable} of the parts above could not be read. `shardprep verify {dataset}`" in (
+    assert f"Error: {unreadable} of the parts above could not be read or are not where the index says." in (
         result.stderr
     )
+    assert f"`shardprep verify {dataset}`" in result.stderr
 
 
 def test_a_part_row_without_offset_is_named_not_a_traceback(base, tmp_path):
@@ -105,3 +106,28 @@ def test_a_count_or_limit_below_its_least_is_refused_by_name(base, option, value
     result = run_shardprep("preview", str(prepared_dataset(base, "shardprep")), option, value)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"Invalid value for '{option}" in result.stderr and "no samples" not in result.stdout
+
+
+@pytest.mark.parametrize("damage", ["shard replaced by another", "index.sqlite of other shards"])
+def test_parts_the_index_no_longer_describes_are_not_shown_as_the_sample(base, tmp_path, damage):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    if damage == "shard replaced by another":  # same name, same layout, other samples
+        (dataset / "shard-001.tar").write_bytes((dataset / "shard-002.tar").read_bytes())
+        key = "s1_001"
+    else:
+        other = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "other")
+        with closing(sqlite3.connect(other / ".nv-meta" / "index.sqlite")) as db:
+            db.execute("UPDATE samples SET sample_key = 'other-' || sample_key")
+            db.execute("UPDATE sample_parts SET content_byte_offset = content_byte_offset + 512")
+            db.commit()
+        (dataset / ".nv-meta" / "index.sqlite").write_bytes(
+            (other / ".nv-meta" / "index.sqlite").read_bytes()
+        )
+        key = "other-s1_001"
+    result = run_shardprep("preview", str(dataset), "--key", key)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    parts = [line for line in result.stdout.splitlines() if line.startswith("-- ")]
+    assert parts and all(": not shown: the index puts it at byte " in line for line in parts), result.stdout
+    if damage == "shard replaced by another":
+        assert "the tar header there is of 's2_001." in result.stdout
+    assert "`shardprep verify" in result.stderr
