@@ -49,7 +49,7 @@ def info_command(
     dataset: Path | str, as_json: bool, plot: Path | None, largest: int, tmp_path: Path | None
 ) -> None:
     """Show per split the shards, samples, bytes, part types with size percentiles and the largest samples."""
-    from prep.inspect.info import dataset_info, format_info, plot_info
+    from prep.inspect.info import dataset_info, format_info, index_disagreement, plot_info
 
     with _opened(dataset, tmp_path) as prepared:
         stats = dataset_info(prepared, largest=largest)
@@ -61,6 +61,8 @@ def info_command(
         click.echo(format_info(stats))
         if plotted is not None:
             click.echo(f"\nplot written to {plotted}")
+    if stats.index_disagrees:
+        raise PrepError(index_disagreement(stats))
 
 
 @click.command("verify")

@@ -69,6 +69,9 @@ class DatasetStats:
     unsplit_shards: list[str]
     #: Shard name -> file size (None when the file is missing), in `.info.json` order.
     shard_bytes: dict[str, int | None]
+    #: Shards whose sample count in index.sqlite is not the one `.info.json` gives: the part statistics
+    #: and largest samples, read from index.sqlite, are then not those of the shards.
+    index_disagrees: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -154,6 +157,13 @@ def dataset_info(dataset: PreparedDataset, largest: int = LARGEST_SAMPLES) -> Da
         split_stats.append(stats)
 
     in_splits = {name for names in splits.values() for name in names}
+    known_tar = sample_tar[(sample_tar >= 0) & (sample_tar < len(dataset.shards))]
+    indexed = np.bincount(known_tar, minlength=len(dataset.shards)).tolist()
+    disagree = [
+        name
+        for name, count in zip(dataset.shards, indexed, strict=True)
+        if count != dataset.shard_counts[name]
+    ]
     sample_type, kind, field_map = _describe_type(dataset.dataset_config())
     return DatasetStats(
         path=str(dataset.root),
@@ -166,6 +176,7 @@ def dataset_info(dataset: PreparedDataset, largest: int = LARGEST_SAMPLES) -> Da
         splits=split_stats,
         unsplit_shards=[name for name in dataset.shards if name not in in_splits],
         shard_bytes=shard_bytes,
+        index_disagrees=disagree,
     )
 
 
@@ -201,6 +212,8 @@ def format_info(stats: DatasetStats) -> str:
             "  field map: " + ", ".join(f"{name} <- {part}" for name, part in stats.field_map.items())
         )
     lines.append(f"  {stats.shards:,} shards, {stats.samples:,} samples, {human_bytes(stats.bytes)}")
+    if stats.index_disagrees:
+        lines.append(f"  WARNING: {index_disagreement(stats)}")
     if stats.unsplit_shards:
         lines.append(
             f"  {len(stats.unsplit_shards)} shard(s) in no split: {', '.join(stats.unsplit_shards[:5])}"
@@ -241,6 +254,16 @@ def format_info(stats: DatasetStats) -> str:
             for sample in split.largest_samples:
                 lines.append(f"    {human_bytes(sample.bytes):>10}  {sample.key}  ({sample.shard})")
     return "\n".join(lines)
+
+
+def index_disagreement(stats: DatasetStats) -> str:
+    """What it means that index.sqlite counts other samples than `.info.json` for some shards."""
+    shown = ", ".join(stats.index_disagrees[:5]) + (", ..." if len(stats.index_disagrees) > 5 else "")
+    return (
+        f"index.sqlite does not hold the samples .info.json counts for {len(stats.index_disagrees):,} shard(s)"
+        f" ({shown}): the parts and largest samples below are not those of the shards. Run `shardprep"
+        " verify` on the dataset."
+    )
 
 
 def plot_info(dataset: PreparedDataset, stats: DatasetStats, output: str) -> str:

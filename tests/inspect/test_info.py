@@ -4,7 +4,9 @@ cannot read are one clear error."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import tarfile
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +135,25 @@ def test_a_negative_largest_is_refused_by_name(base):
     """`--largest -1` listed every sample but the smallest of the largest, as a slice counted from the end."""
     result = run_shardprep("info", str(prepared_dataset(base, "shardprep")), "--largest", "-1")
     assert result.returncode == 2 and "Invalid value for '--largest'" in result.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_index_sqlite_of_other_shards_is_said_and_the_command_fails(base, tmp_path, as_json):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:  # one shard's rows gone
+        db.execute("DELETE FROM sample_parts WHERE tar_file_id = 1")
+        db.execute("DELETE FROM samples WHERE tar_file_id = 1")
+        db.commit()
+    shard = json.loads((dataset / ".nv-meta" / ".info.json").read_text())["shard_counts"]
+    name = list(shard)[1]
+    result = run_shardprep("info", str(dataset), *(["--json"] if as_json else []))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        f"index.sqlite does not hold the samples .info.json counts for 1 shard(s) ({name})" in result.stderr
+    )
+    if as_json:
+        assert json.loads(result.stdout)["index_disagrees"] == [name]
+    else:
+        assert "WARNING: index.sqlite does not hold" in result.stdout
+    healthy = run_shardprep("info", str(prepared_dataset(base, "shardprep")), "--json", check=True)
+    assert json.loads(healthy.stdout)["index_disagrees"] == []
