@@ -27,6 +27,7 @@ line: `{"progress": {...}}` after each slice, `{"failure": {...}}` for each fail
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Collection, Iterator
@@ -237,6 +238,32 @@ def check_slice(task: _Slice) -> tuple[int, int, list[Failure]]:
     return checked, excluded, failures
 
 
+def field_map_problem(root: str, factory: BaseWebdatasetFactory) -> str | None:
+    """Why dataset.yaml's field map cannot build the factory's sample type, or None: each field the type
+    needs (no default; energon fills the `__key__`-like ones) must be mapped. energon checks only that
+    the map names no other fields, so without this every sample fails alike and is named alone."""
+    config = yaml.safe_load((Path(root) / META_DIR / DATASET_YAML).read_text()) or {}
+    field_map = config.get("field_map") if isinstance(config, dict) else None
+    sample_type = getattr(factory, "__sample_type__", None)
+    if not isinstance(field_map, dict) or not dataclasses.is_dataclass(sample_type):
+        return None
+    needed = [
+        field.name
+        for field in dataclasses.fields(sample_type)
+        if field.default is dataclasses.MISSING
+        and field.default_factory is dataclasses.MISSING
+        and not field.name.startswith("__")
+    ]
+    unmapped = [name for name in needed if name not in field_map]
+    if not unmapped:
+        return None
+    return (
+        f"{META_DIR}/{DATASET_YAML}: its field_map gives {sample_type.__name__} no"
+        f" {', '.join(repr(name) for name in unmapped)}, which every sample needs: add"
+        f" {'them' if len(unmapped) > 1 else 'it'} to field_map (the part to read each from)"
+    )
+
+
 def _splits(root: str, split: str | None) -> list[str]:
     if split is not None:
         return [split]
@@ -252,6 +279,9 @@ def _tasks(root: str, splits: list[str]) -> list[_Slice]:
         except EmptyDatasetError:
             continue  # a split without shards has nothing to load (`energon lint` skips it too)
         for position, factory in enumerate(factories):
+            problem = field_map_problem(root, factory)
+            if problem is not None:
+                raise PrepError(problem)
             for number, shard in enumerate(factory.shards):
                 for start in range(0, shard.count, SLICE):
                     tasks.append(

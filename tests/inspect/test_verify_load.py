@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,20 @@ def test_load_check_reports_progress_and_failures_in_process(crude_dataset):
         ("shard-0.tar", "s0_005", "json"),
         ("shard-1.tar", "s1_003", "jpg"),
     ]
+
+
+def test_a_field_map_without_a_field_the_sample_type_needs_is_one_error_naming_dataset_yaml(
+    field_map_dataset, tmp_path
+):
+    dataset = Path(shutil.copytree(field_map_dataset, tmp_path / "d"))
+    dataset_yaml = dataset / ".nv-meta" / "dataset.yaml"
+    text = dataset_yaml.read_text()
+    assert "  caption: json[caption]\n" in text
+    dataset_yaml.write_text(text.replace("  caption: json[caption]\n", ""))
+    result = run_shardprep("verify", str(dataset), "--load", "--num-workers", "1")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "PROBLEM" not in result.stdout  # not one per sample, each with advice about its data
+    assert (
+        ".nv-meta/dataset.yaml: its field_map gives CaptioningSample no 'caption', which every sample needs"
+        in result.stderr
+    ), result.stderr
