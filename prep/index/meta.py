@@ -11,6 +11,7 @@ read, as energon does. Readers raise PrepError naming the file and what to do.
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from prep.errors import PrepError
 from prep.index.format import ENERGON_FORMAT_VERSION, INFO_JSON, INFO_YAML, META_DIR
 
 RERUN_PREPARE = "Re-run `shardprep prepare` (or `energon prepare`) on the dataset folder."
+#: What to do about an index file or folder that exists but cannot be opened.
+MAKE_READABLE = "make it readable (check its owner and mode)"
 
 _NUMBER = re.compile(r"\d+")
 #: What `braceexpand` reads as syntax in a name: braces, and the backslash that escapes them.
@@ -110,12 +113,36 @@ def is_prepared(root: Path) -> bool:
     return (root / META_DIR / INFO_JSON).is_file() or (root / META_DIR / INFO_YAML).is_file()
 
 
+def unreadable_reason(path: Path) -> str | None:
+    """Why the file or folder at `path` cannot be opened for reading (`os.strerror`), or None if it can.
+
+    Opened without blocking, so a FIFO in its place does not wait for a writer.
+    """
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as error:
+        return error.strerror
+    return None
+
+
+def unreadable_error(path: Path, reason: str) -> PrepError:
+    return PrepError(f"{path} cannot be read ({reason}): {MAKE_READABLE}.")
+
+
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`, with a folder above it that cannot be searched named as such (not a traceback)."""
+    try:
+        return path.is_file()
+    except PermissionError as error:
+        raise unreadable_error(path.parent, error.strerror) from None
+
+
 def read_info(meta: Path) -> dict:
     """The parsed `.info.json` of the index folder `meta` (or its legacy `.info.yaml`), checked: a mapping
     with `shard_counts`, shard name to sample count."""
-    if (meta / INFO_JSON).is_file():
+    if _is_file(meta / INFO_JSON):
         path, info = meta / INFO_JSON, _parse(meta / INFO_JSON, json.loads, ValueError)
-    elif (meta / INFO_YAML).is_file():
+    elif _is_file(meta / INFO_YAML):
         import yaml
 
         path, info = meta / INFO_YAML, _parse(meta / INFO_YAML, yaml.safe_load, yaml.YAMLError)
@@ -137,6 +164,8 @@ def _parse(path: Path, loads: Callable[[str], object], errors: type[Exception] |
     """A meta file parsed by `loads`; PrepError naming the file if it cannot be read or parsed."""
     try:
         return loads(path.read_text(encoding="utf-8"))
+    except PermissionError as error:
+        raise unreadable_error(path, error.strerror) from None
     except OSError as error:
         raise PrepError(f"{path} cannot be read ({error.strerror}). {RERUN_PREPARE}") from None
     except UnicodeDecodeError as error:  # before `errors`: for JSON it is a ValueError too

@@ -16,7 +16,6 @@ thread.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -32,7 +31,7 @@ from prep.index.format import (
     SAMPLES_TABLE,
     SECONDARY_INDEXES,
 )
-from prep.index.meta import RERUN_PREPARE
+from prep.index.meta import RERUN_PREPARE, unreadable_error, unreadable_reason
 from prep.index.rows import ShardRows
 
 if TYPE_CHECKING:
@@ -338,22 +337,6 @@ _PART_FILES_PAGE = (
 )
 
 
-#: What to do about an index file that exists but cannot be opened.
-MAKE_READABLE = "make it readable (check its owner and mode)"
-
-
-def unreadable_reason(path: Path) -> str | None:
-    """Why the file at `path` cannot be opened for reading (`os.strerror`), or None if it can.
-
-    Opened without blocking, so a FIFO in its place does not wait for a writer.
-    """
-    try:
-        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
-    except OSError as error:
-        return error.strerror
-    return None
-
-
 class IndexReader:
     """Every query of a prepared dataset's `index.sqlite`, read-only, safe to use from several threads.
 
@@ -393,7 +376,7 @@ class IndexReader:
             raise PrepError(f"{self.path} is missing. {RERUN_PREPARE}")
         unreadable = unreadable_reason(self.path)
         if unreadable is not None:  # sqlite would only say "unable to open database file"
-            raise PrepError(f"{self.path} cannot be read ({unreadable}): {MAKE_READABLE}.")
+            raise unreadable_error(self.path, unreadable)
         # immutable: no locks or change checks per query (each costs syscalls); readers see a snapshot
         uri = self.path.resolve().as_uri() + "?mode=ro&immutable=1"
         try:

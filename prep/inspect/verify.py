@@ -30,10 +30,9 @@ from prep.index.dataset import PreparedDataset
 from prep.index.dataset_yaml import field_map_parts
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
-from prep.index.meta import read_splits
+from prep.index.meta import MAKE_READABLE as READABLE
+from prep.index.meta import read_splits, unreadable_reason
 from prep.index.metadataset import read_metadataset
-from prep.index.sqlite import MAKE_READABLE as READABLE
-from prep.index.sqlite import unreadable_reason
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
 from prep.tar.scan import HeaderWalker, first_nonzero, repack_command
@@ -539,6 +538,13 @@ def _unread_fields(config: dict | None, parts: dict[int, dict]) -> list[Problem]
     return problems
 
 
+def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) -> Problem:
+    """A file of `.nv-meta` that cannot be used: made readable if it cannot be opened, else rebuilt."""
+    readable = unreadable_reason(dataset.meta / name) is None
+    fix = REPREPARE.format(root=dataset.root) if readable else READABLE
+    return Problem(f"{META_DIR}/{name}", str(error), fix)
+
+
 def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
     """index.sqlite missing or impossible to open, said once; None when it can be opened (whether it
     holds energon's tables is for the reader to find)."""
@@ -574,16 +580,12 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
         try:
             config = dataset.dataset_config()  # energon loads only a readable YAML mapping
         except PrepError as error:
-            report.problems.append(
-                Problem(f"{META_DIR}/{DATASET_YAML}", str(error), REPREPARE.format(root=root_text))
-            )
+            report.problems.append(_meta_file_problem(dataset, DATASET_YAML, error))
         known = set(dataset.shards)
         try:
             splits, excludes = read_splits(dataset.meta / SPLIT_YAML)
         except PrepError as error:
-            report.problems.append(
-                Problem(f"{META_DIR}/{SPLIT_YAML}", str(error), REPREPARE.format(root=root_text))
-            )
+            report.problems.append(_meta_file_problem(dataset, SPLIT_YAML, error))
             splits, excludes = {}, []
         for split, names in splits.items():
             for name in names:

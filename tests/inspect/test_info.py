@@ -157,3 +157,20 @@ def test_an_index_sqlite_of_other_shards_is_said_and_the_command_fails(base, tmp
         assert "WARNING: index.sqlite does not hold" in result.stdout
     healthy = run_shardprep("info", str(prepared_dataset(base, "shardprep")), "--json", check=True)
     assert json.loads(healthy.stdout)["index_disagrees"] == []
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "preview"])
+@pytest.mark.parametrize("unreadable", [".nv-meta", ".nv-meta/.info.json", ".nv-meta/split.yaml"])
+def test_an_unreadable_index_folder_or_file_is_named_with_make_it_readable(
+    base, tmp_path, command, unreadable
+):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    (dataset / unreadable).chmod(0)
+    try:
+        result = run_shardprep(command, str(dataset), honour_permissions=True)
+    finally:
+        (dataset / unreadable).chmod(0o755)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    said = result.stdout + result.stderr
+    assert f"{dataset / unreadable} cannot be read (Permission denied)" in said, said
+    assert "make it readable (check its owner and mode)" in said and "prepare" not in said, said
