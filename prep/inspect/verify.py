@@ -63,6 +63,8 @@ class Problem:
 class VerifyReport:
     root: str
     deep: bool
+    #: The dataset's size as energon counts it (.info.json's shards and samples, index.sqlite's parts),
+    #: whether or not each shard could be checked.
     shards: int = 0
     samples: int = 0
     parts: int = 0
@@ -485,11 +487,9 @@ def _check_shard(
                 f" {int(offsets[first]):,})."
             )
             return
-        report.samples += count
         if parts is None:
             checker.problem("sqlite lists no parts for the shard's samples.")
             return
-        report.parts += len(parts["index"])
         if file_size == 0:
             return
         with mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) as mapped:
@@ -626,7 +626,8 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                 sqlite_problem = report.problems[-1]
         if parts:
             report.problems.extend(_unread_fields(config, parts))
-        stray = sorted(set(samples) - set(range(len(dataset.shards))))
+        known_ids = set(range(len(dataset.shards)))
+        stray = sorted(set(samples) - known_ids)
         if stray:
             report.problems.append(
                 Problem(
@@ -635,8 +636,13 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                     REPREPARE.format(root=root_text),
                 )
             )
+        # the dataset's size as energon counts it; what is wrong in it is said by the problems
+        report.shards = len(dataset.shards)
+        report.samples = sum(dataset.shard_counts.values())
+        report.parts = sum(
+            len(parts[tar_file_id]["index"]) for tar_file_id in parts if tar_file_id in known_ids
+        )
         for tar_file_id in range(len(dataset.shards)):
-            report.shards += 1
             _check_shard(
                 report,
                 dataset,

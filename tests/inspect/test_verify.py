@@ -530,3 +530,23 @@ def test_info_and_preview_of_a_metadataset_name_its_datasets_instead_of_asking_t
         in result.stderr
     )
     assert not (folder / ".nv-meta").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no .tar.idx", "missing"])
+def test_the_counts_said_are_the_datasets_whatever_its_shards_problems(base, tmp_path, damage):
+    healthy = verify_dataset(prepared_dataset(base, "energon"))
+    dataset = damaged(base, tmp_path, "energon")
+    if damage == "truncated":
+        os.truncate(dataset / "shard-002.tar", 3000)
+    elif damage == "no .tar.idx":
+        (dataset / "shard-002.tar.idx").unlink()
+    else:
+        (dataset / "shard-002.tar").unlink()
+    report = verify_dataset(dataset)
+    assert not report.healthy
+    info = json.loads((dataset / ".nv-meta" / ".info.json").read_text())["shard_counts"]
+    with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
+        parts = db.execute("SELECT count(*) FROM sample_parts").fetchone()[0]
+    # what energon info says of it, as of the healthy dataset: a damaged shard is a problem, not fewer samples
+    assert (report.shards, report.samples, report.parts) == (len(info), sum(info.values()), parts)
+    assert (report.shards, report.samples, report.parts) == (healthy.shards, healthy.samples, healthy.parts)
