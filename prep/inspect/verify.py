@@ -105,10 +105,12 @@ class _ShardChecker:
     def __init__(self, report: VerifyReport, root: str, shard: str) -> None:
         self.report, self.root, self.shard = report, root, shard
         self.counts: dict[str, int] = defaultdict(int)
+        self.fixes: dict[str, str] = {}
 
     def problem(self, what: str, fix: str = REPREPARE, *, kind: str | None = None) -> None:
         if kind is not None:
             self.counts[kind] += 1
+            self.fixes[kind] = fix
             if self.counts[kind] > MAX_EXAMPLES:
                 return
         self.report.problems.append(Problem(self.shard, what, fix.format(root=self.root)))
@@ -120,7 +122,7 @@ class _ShardChecker:
                     Problem(
                         self.shard,
                         f"... and {count - MAX_EXAMPLES} more {kind}",
-                        REPREPARE.format(root=self.root),
+                        self.fixes[kind].format(root=self.root),
                     )
                 )
 

@@ -550,3 +550,11 @@ def test_the_counts_said_are_the_datasets_whatever_its_shards_problems(base, tmp
     # what energon info says of it, as of the healthy dataset: a damaged shard is a problem, not fewer samples
     assert (report.shards, report.samples, report.parts) == (len(info), sum(info.values()), parts)
     assert (report.shards, report.samples, report.parts) == (healthy.shards, healthy.samples, healthy.parts)
+
+
+def test_the_problems_left_out_get_the_fix_of_those_shown(base, tmp_path):
+    dataset = damaged(base, tmp_path, "energon")
+    (dataset / "shard-002.tar").write_bytes((dataset / "shard-003.tar").read_bytes())  # same name, others
+    problems = [p for p in problems_of(dataset) if "damaged samples" in p.what or "does not hold" in p.what]
+    assert problems[-1].what.startswith("... and ") and len(problems) == 4, problems
+    assert {p.fix for p in problems} == {problems[0].fix} and problems[0].fix.startswith("restore the shard")
