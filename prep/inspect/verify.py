@@ -516,6 +516,31 @@ def _check_shard(
         checker.finish()
 
 
+#: The keys of dataset.yaml that name a function of a Python module in `.nv-meta` (`MODULE.py:FUNCTION`).
+MODULE_KEYS = ("sample_loader", "part_filter")
+
+
+def _missing_modules(dataset: PreparedDataset, config: dict | None) -> list[Problem]:
+    """A problem for each module dataset.yaml's `sample_loader` or `part_filter` names that is not there:
+    energon then cannot build the dataset at all. The modules are never imported here."""
+    problems = []
+    for key in MODULE_KEYS:
+        value = config.get(key) if config is not None else None
+        if not isinstance(value, str):
+            continue
+        module = value.rsplit(":", 1)[0]
+        if not (dataset.meta / module).is_file():
+            problems.append(
+                Problem(
+                    f"{META_DIR}/{DATASET_YAML}",
+                    f"its {key} is {value!r}, but {META_DIR}/{module} does not exist: energon cannot build"
+                    " the dataset.",
+                    f"put {module} back in {META_DIR}/, or re-run prepare to write a new dataset.yaml",
+                )
+            )
+    return problems
+
+
 def _unread_fields(config: dict | None, parts: dict[int, dict]) -> list[Problem]:
     """A problem for each field of dataset.yaml's field map that reads only parts no sample has: energon's
     loader fails on every sample for it, so it is the field map to fix, not the samples."""
@@ -626,6 +651,7 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                     )
                 )
                 sqlite_problem = report.problems[-1]
+        report.problems.extend(_missing_modules(dataset, config))
         if parts:
             report.problems.extend(_unread_fields(config, parts))
         known_ids = set(range(len(dataset.shards)))

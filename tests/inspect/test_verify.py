@@ -558,3 +558,26 @@ def test_the_problems_left_out_get_the_fix_of_those_shown(base, tmp_path):
     problems = [p for p in problems_of(dataset) if "damaged samples" in p.what or "does not hold" in p.what]
     assert problems[-1].what.startswith("... and ") and len(problems) == 4, problems
     assert {p.fix for p in problems} == {problems[0].fix} and problems[0].fix.startswith("restore the shard")
+
+
+def test_a_sample_loader_module_dataset_yaml_names_but_that_is_gone_is_a_problem(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    meta = dataset / ".nv-meta"
+    (meta / "sample_loader.py").write_text(
+        "def sample_loader(raw):\n    return raw\n\n\ndef part_filter(part):\n    return True\n"
+    )
+    (meta / "dataset.yaml").write_text(
+        "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\n"
+        "sample_loader: sample_loader.py:sample_loader\npart_filter: sample_loader.py:part_filter\n"
+    )
+    assert verify_dataset(dataset).healthy
+    (meta / "sample_loader.py").unlink()
+    problems = problems_of(dataset)
+    assert [(p.where, p.what) for p in problems] == [
+        (
+            ".nv-meta/dataset.yaml",
+            f"its {key} is 'sample_loader.py:{key}', but .nv-meta/sample_loader.py does not exist: energon"
+            " cannot build the dataset.",
+        )
+        for key in ("sample_loader", "part_filter")
+    ]
