@@ -163,6 +163,11 @@ def define_dataset(
     )
 
 
+#: What each field of the `sample_loader.py` template reads (energon's template too): a module that still
+#: holds it fails on every sample.
+TEMPLATE_FIELD = 'raw["TODO"]'
+
+
 def sample_loader_template(sample_type: SampleType, parts: list[str]) -> str:
     """A `sample_loader.py` to edit: valid Python that energon imports as written (every field a TODO)."""
     lines = [
@@ -177,7 +182,7 @@ def sample_loader_template(sample_type: SampleType, parts: list[str]) -> str:
         "    return dict(",
     ]
     for field in sample_type.fields:
-        line = f'        {field.name}=raw["TODO"],  # expected type: {field.type}'
+        line = f"        {field.name}={TEMPLATE_FIELD},  # expected type: {field.type}"
         if field.has_default:
             line += f", default: {field.default!r}"
         lines.append(line)

@@ -27,7 +27,7 @@ from prep.codecs import content_problem
 from prep.errors import PrepError
 from prep.index.columns import TextColumn, segment_gather
 from prep.index.dataset import PreparedDataset
-from prep.index.dataset_yaml import field_map_parts
+from prep.index.dataset_yaml import TEMPLATE_FIELD, field_map_parts
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
@@ -529,7 +529,8 @@ def _missing_modules(dataset: PreparedDataset, config: dict | None) -> list[Prob
         if not isinstance(value, str):
             continue
         module = value.rsplit(":", 1)[0]
-        if not (dataset.meta / module).is_file():
+        path = dataset.meta / module
+        if not path.is_file():
             problems.append(
                 Problem(
                     f"{META_DIR}/{DATASET_YAML}",
@@ -538,7 +539,25 @@ def _missing_modules(dataset: PreparedDataset, config: dict | None) -> list[Prob
                     f"put {module} back in {META_DIR}/, or re-run prepare to write a new dataset.yaml",
                 )
             )
+        elif key == "sample_loader" and _holds(path, TEMPLATE_FIELD):
+            problems.append(
+                Problem(
+                    f"{META_DIR}/{module}",
+                    f"is still the template prepare wrote: its sample_loader reads {TEMPLATE_FIELD}, so every"
+                    " sample fails to load.",
+                    "edit it to build each field of the sample type from the sample's parts, or re-run"
+                    " prepare with --field-map",
+                )
+            )
     return problems
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether the file holds `text` (read as text, never run); False if it cannot be read."""
+    try:
+        return text in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def _unread_fields(config: dict | None, parts: dict[int, dict]) -> list[Problem]:

@@ -581,3 +581,23 @@ def test_a_sample_loader_module_dataset_yaml_names_but_that_is_gone_is_a_problem
         )
         for key in ("sample_loader", "part_filter")
     ]
+
+
+@pytest.mark.parametrize("preparer", PREPARERS)
+def test_the_sample_loader_template_prepare_writes_is_a_problem_until_edited(tmp_path, preparer):
+    root = tmp_path / "d"
+    write_tarfile(root / "a.tar", sample_members("a-", 3))
+    flags = ["--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "TextSample"]
+    if preparer == "energon":
+        from tests.support.prepare import run_energon_prepare
+
+        run_energon_prepare(str(root), *flags)
+    else:
+        run_shardprep("prepare", str(root), *flags, check=True)
+    loader = root / ".nv-meta" / "sample_loader.py"
+    problems = problems_of(root)  # energon's loader fails on every sample: KeyError 'TODO'
+    assert [(p.where, p.what.split(":")[0]) for p in problems] == [
+        (".nv-meta/sample_loader.py", "is still the template prepare wrote")
+    ]
+    loader.write_text(loader.read_text().replace('raw["TODO"]', 'raw["txt"]'))
+    assert verify_dataset(root).healthy
