@@ -26,8 +26,16 @@ import numpy as np
 
 from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
-from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, TAR_INDEX_ENTRY, tar_index_name
+from prep.index.format import (
+    INFO_JSON,
+    INFO_YAML,
+    META_DIR,
+    METADATASET_YAML,
+    TAR_INDEX_ENTRY,
+    tar_index_name,
+)
 from prep.index.meta import read_shard_counts
+from prep.index.metadataset import metadataset_error
 from prep.index.sqlite import PartLocation
 from prep.inspect.verify import Problem, VerifyReport, verify_dataset
 from prep.storage.address import ObjectAddress, require_address
@@ -90,6 +98,9 @@ def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
     objects = {info.name: info for info in store.list()}
     meta_prefix = META_DIR + "/"
     meta = [name for name in objects if name.startswith(meta_prefix) and "/" not in name[len(meta_prefix) :]]
+    if not meta and METADATASET_YAML in objects:  # a polylithic write's folder: name its datasets
+        _download(store, root, METADATASET_YAML)
+        raise metadataset_error(root, root / METADATASET_YAML, whole=False)
     if not meta:
         raise PrepError(
             f"{store.address} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"

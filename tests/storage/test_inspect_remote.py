@@ -100,3 +100,21 @@ def test_preview_of_a_shard_replaced_after_listing_says_so_instead_of_showing_th
         _, location = next(iter(dataset.index.parts_of_sample(sample.tar_file_id, sample.index)))
         with pytest.raises(StorageError, match="changed"):
             dataset.read_part(location)
+
+
+def test_a_metadataset_in_a_bucket_is_named_with_its_datasets_not_sent_to_prepare(s3, tmp_path):
+    from prep.write import write_dataset
+
+    local = tmp_path / "poly"
+    rows = [{"__key__": f"k{i}", "img": b"IMG%d" % i, "txt": f"caption {i}"} for i in range(4)]
+    write_dataset(rows, local, media_columns=["img=jpg"], num_workers=1)
+    s3.make_bucket("inspect-poly")
+    s3.upload_folder(local, "inspect-poly", "poly")
+    for command in ("info", "verify", "preview"):
+        result = run_shardprep(command, "s3://inspect-poly/poly")
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert (
+            "Error: s3://inspect-poly/poly is an energon metadataset (metadataset.yaml), not a prepared dataset."
+            " Give one of the datasets it names: s3://inspect-poly/poly/primary (split train)."
+            in result.stderr
+        ), result.stderr
