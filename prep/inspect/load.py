@@ -20,6 +20,7 @@ from pathlib import Path
 
 import prep
 from prep.errors import PrepError
+from prep.index.dataset import PreparedDataset
 from prep.inspect.verify import Problem, VerifyReport
 
 #: The module the child process runs (`python -m`), named as a string: importing it would load energon.
@@ -72,11 +73,9 @@ def load_samples(
     each one that fails to `report.problems`; `report.loaded` counts the samples loaded."""
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.energon") is None:
         raise PrepError(MISSING_ENERGON)
-    if split is not None:  # named here as every command names a split a dataset lacks (energon asserts)
-        from prep.index.dataset import PreparedDataset
-
-        with PreparedDataset(Path(report.root)) as dataset:
-            dataset.split_shards(split)
+    if split is not None:
+        with PreparedDataset(report.root) as dataset:
+            dataset.split_shards(split)  # a PrepError naming the splits there are, before energon's assertion
     report.load = True
     command = _child_command(Path(report.root), split, workers)
     with tempfile.TemporaryFile("w+") as errors:
