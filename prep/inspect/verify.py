@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from prep.codecs import content_problem
-from prep.errors import PrepError
+from prep.errors import PrepError, ShardError
 from prep.index.columns import TextColumn, segment_gather
 from prep.index.dataset import PreparedDataset
 from prep.index.dataset_yaml import TEMPLATE_FIELD, field_map_parts
@@ -35,7 +35,7 @@ from prep.index.meta import read_splits, unreadable_reason
 from prep.index.metadataset import read_metadataset
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
-from prep.tar.scan import HeaderWalker, first_nonzero, repack_command
+from prep.tar.scan import HeaderWalker, check_not_compressed, first_nonzero, repack_command
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
@@ -427,6 +427,11 @@ def _check_shard(
             checker.problem(f"is {kind}, not a tar file.", RESTORE)
             return
         file_size = status.st_size
+        try:  # a shard compressed after prepare would otherwise read as one cut short
+            check_not_compressed(shard, os.pread(fd, BLOCK, 0))
+        except ShardError as error:
+            checker.problem(error.problem, error.advice)
+            return
         index_path = dataset.tar_index_path(shard)
         if not index_path.exists():
             checker.problem(f"has no offset file {index_path.name}; energon's loader needs it.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -601,3 +602,13 @@ def test_the_sample_loader_template_prepare_writes_is_a_problem_until_edited(tmp
     ]
     loader.write_text(loader.read_text().replace('raw["TODO"]', 'raw["txt"]'))
     assert verify_dataset(root).healthy
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_shard_compressed_after_prepare_is_named_compressed_not_truncated(base, tmp_path, deep):
+    dataset = damaged(base, tmp_path, "energon")
+    shard = dataset / "shard-002.tar"
+    shard.write_bytes(gzip.compress(shard.read_bytes()))
+    problems = problems_of(dataset, deep)
+    assert [(p.where, p.what.split(".")[0]) for p in problems] == [("shard-002.tar", "is gzip-compressed")]
+    assert "Decompress it" in problems[0].fix
