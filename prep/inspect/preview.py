@@ -12,6 +12,7 @@ from typing import NamedTuple
 from prep.codecs import TEXT_LIMIT, describe_part, raw_preview
 from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
+from prep.index.format import SPLIT_YAML
 from prep.index.meta import RERUN_PREPARE
 from prep.index.sqlite import PartLocation, SampleRow
 from prep.tar.fields import BLOCK, MAX_OCTAL_SIZE, NAME
@@ -29,6 +30,11 @@ def first_samples(dataset: PreparedDataset, split: str | None, count: int) -> It
     for shard in dataset.split_shards(split):
         if remaining <= 0:
             return
+        if shard not in dataset.shard_counts:
+            raise PrepError(
+                f"split {split!r} of {dataset.meta / SPLIT_YAML} names shard {shard!r}, which .info.json does"
+                f" not list. `shardprep verify {dataset.root}` names every such shard and what to do."
+            )
         for sample in dataset.index.samples_of_shard(dataset.tar_file_id(shard)):
             yield sample
             remaining -= 1

@@ -131,3 +131,15 @@ def test_parts_the_index_no_longer_describes_are_not_shown_as_the_sample(base, t
     if damage == "shard replaced by another":
         assert "the tar header there is of 's2_001." in result.stdout
     assert "`shardprep verify" in result.stderr
+
+
+def test_a_split_naming_a_shard_the_index_does_not_list_is_named_with_split_yaml(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    split_yaml.write_text("split_parts:\n  train:\n  - shard-000.tar\n  - gone/x.tar\nexclude: []\n")
+    assert run_shardprep("preview", str(dataset), "-n", "2").returncode == 0  # before the shard that is gone
+    result = run_shardprep("preview", str(dataset), "-n", "100")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"split 'train' of {split_yaml} names shard 'gone/x.tar', which .info.json does not list." in (
+        result.stderr
+    )
