@@ -99,17 +99,20 @@ class _Slice:
     shard: int
     start: int
     stop: int
+    #: The dataset config in `.nv-meta` (`dataset.yaml` unless told).
+    config: str = DATASET_YAML
 
 
 #: Per process: the dataset factories of each (root, split), and each root opened for reading.
-_factories: dict[tuple[str, str], list[BaseWebdatasetFactory]] = {}
+_factories: dict[tuple[str, str, str], list[BaseWebdatasetFactory]] = {}
 _datasets: dict[str, PreparedDataset] = {}
 
 
-def split_factories(root: str, split: str) -> list[BaseWebdatasetFactory]:
-    """The webdataset factories energon builds for `split` of the dataset at `root` (one per process)."""
-    if (root, split) not in _factories:
-        loaded = load_dataset(EPath(root)).get_datasets(
+def split_factories(root: str, split: str, config: str = DATASET_YAML) -> list[BaseWebdatasetFactory]:
+    """The webdataset factories energon builds for `split` of the dataset at `root` from its dataset
+    config `config` (one per process)."""
+    if (root, split, config) not in _factories:
+        loaded = load_dataset(EPath(root), dataset_config=config).get_datasets(
             training=False,
             split_part=split,
             worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
@@ -121,8 +124,8 @@ def split_factories(root: str, split: str) -> list[BaseWebdatasetFactory]:
                 raise TypeError(
                     f"{root}: {type(factory).__name__} is not a WebDataset; only those are checked"
                 )
-        _factories[root, split] = factories
-    return _factories[root, split]
+        _factories[root, split, config] = factories
+    return _factories[root, split, config]
 
 
 def _short(error: BaseException) -> str:
@@ -130,11 +133,11 @@ def _short(error: BaseException) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
 
 
-def field_paths(root: str) -> list[list[str]]:
+def field_paths(root: str, config: str = DATASET_YAML) -> list[list[str]]:
     """The accesses of the field map in the dataset's `dataset.yaml`, e.g. `[["json", "caption"], ["jpg"]]`
     (none for a sample loader or a crude dataset): they say which part a missing field belongs to."""
-    config = yaml.safe_load((Path(root) / META_DIR / DATASET_YAML).read_text()) or {}
-    field_map = config.get("field_map") if isinstance(config, dict) else None
+    parsed = yaml.safe_load((Path(root) / META_DIR / config).read_text()) or {}
+    field_map = parsed.get("field_map") if isinstance(parsed, dict) else None
     if not isinstance(field_map, dict):
         return []
     return [access for value in field_map.values() for access in split_field_access(str(value))]
@@ -220,9 +223,9 @@ def raw_samples(task: _Slice, factory: BaseWebdatasetFactory) -> Iterator[tuple[
 
 def check_slice(task: _Slice) -> tuple[int, int, list[Failure]]:
     """Load every sample of one slice: (samples loaded or failed, samples excluded, failures)."""
-    factory = split_factories(task.root, task.split)[task.dataset]
+    factory = split_factories(task.root, task.split, task.config)[task.dataset]
     shard = factory.shards[task.shard].name
-    paths = field_paths(task.root)
+    paths = field_paths(task.root, task.config)
     checked = excluded = 0
     failures = []
     for key, raw in raw_samples(task, factory):
@@ -238,12 +241,12 @@ def check_slice(task: _Slice) -> tuple[int, int, list[Failure]]:
     return checked, excluded, failures
 
 
-def field_map_problem(root: str, factory: BaseWebdatasetFactory) -> str | None:
+def field_map_problem(root: str, factory: BaseWebdatasetFactory, config: str = DATASET_YAML) -> str | None:
     """Why dataset.yaml's field map cannot build the factory's sample type, or None: each field the type
     needs (no default; energon fills the `__key__`-like ones) must be mapped. energon checks only that
     the map names no other fields, so without this every sample fails alike and is named alone."""
-    config = yaml.safe_load((Path(root) / META_DIR / DATASET_YAML).read_text()) or {}
-    field_map = config.get("field_map") if isinstance(config, dict) else None
+    parsed = yaml.safe_load((Path(root) / META_DIR / config).read_text()) or {}
+    field_map = parsed.get("field_map") if isinstance(parsed, dict) else None
     sample_type = getattr(factory, "__sample_type__", None)
     if not isinstance(field_map, dict) or not dataclasses.is_dataclass(sample_type):
         return None
@@ -258,7 +261,7 @@ def field_map_problem(root: str, factory: BaseWebdatasetFactory) -> str | None:
     if not unmapped:
         return None
     return (
-        f"{META_DIR}/{DATASET_YAML}: its field_map gives {sample_type.__name__} no"
+        f"{META_DIR}/{config}: its field_map gives {sample_type.__name__} no"
         f" {', '.join(repr(name) for name in unmapped)}, which every sample needs: add"
         f" {'them' if len(unmapped) > 1 else 'it'} to field_map (the part to read each from)"
     )
@@ -271,21 +274,21 @@ def _splits(root: str, split: str | None) -> list[str]:
     return [name for name, shards in splits.items() if shards]
 
 
-def _tasks(root: str, splits: list[str]) -> list[_Slice]:
+def _tasks(root: str, splits: list[str], config: str) -> list[_Slice]:
     tasks = []
     for split in splits:
         try:
-            factories = split_factories(root, split)
+            factories = split_factories(root, split, config)
         except EmptyDatasetError:
             continue  # a split without shards has nothing to load (`energon lint` skips it too)
         for position, factory in enumerate(factories):
-            problem = field_map_problem(root, factory)
+            problem = field_map_problem(root, factory, config)
             if problem is not None:
                 raise PrepError(problem)
             for number, shard in enumerate(factory.shards):
                 for start in range(0, shard.count, SLICE):
                     tasks.append(
-                        _Slice(root, split, position, number, start, min(start + SLICE, shard.count))
+                        _Slice(root, split, position, number, start, min(start + SLICE, shard.count), config)
                     )
     return tasks
 
@@ -296,13 +299,14 @@ def load_check(
     workers: int | None = None,
     progress: Progress | None = None,
     on_failure: Callable[[Failure], None] | None = None,
+    config: str = DATASET_YAML,
 ) -> LoadReport:
     """Load every sample of `split` (default: every split with shards) of the prepared dataset through
-    its `dataset.yaml`, on `workers` processes (default: one per CPU); `progress(done, total)` is called
+    its `dataset.yaml` (or the dataset config `config` of its `.nv-meta`), on `workers` processes (default: one per CPU); `progress(done, total)` is called
     after each slice and `on_failure` for each failing sample as it is found."""
     root = str(Path(dataset).resolve())
     splits = _splits(root, split)
-    tasks = _tasks(root, splits)
+    tasks = _tasks(root, splits, config)
     total = sum(task.stop - task.start for task in tasks)
     report = LoadReport(root, splits)
     done = 0
@@ -344,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dataset")
     parser.add_argument("--split", default=None)
     parser.add_argument("--num-workers", type=int, default=None)
+    parser.add_argument("--dataset-config", default=DATASET_YAML)
     args = parser.parse_args(argv)
     try:
         report = load_check(
@@ -352,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             args.num_workers,
             progress=lambda done, total: _emit("progress", {"done": done, "total": total}),
             on_failure=lambda failure: _emit("failure", asdict(failure)),
+            config=args.dataset_config,
         )
     except PrepError as error:
         _emit("error", str(error))

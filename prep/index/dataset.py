@@ -79,9 +79,10 @@ class PreparedDataset:
             )
         return splits[split]
 
-    def dataset_config(self) -> dict | None:
-        """The parsed `dataset.yaml`, or None if there is none; PrepError if it cannot be read or parsed."""
-        path = self.meta / DATASET_YAML
+    def dataset_config(self, name: str = DATASET_YAML) -> dict | None:
+        """The parsed `dataset.yaml` (or the dataset config called `name`), or None if there is none;
+        PrepError if it cannot be read or parsed."""
+        path = self.meta / name
         if not path.exists():
             return None
         return read_dataset_yaml(path)
@@ -109,6 +110,22 @@ class PreparedDataset:
     @property
     def sqlite_path(self) -> Path:
         return self.meta / INDEX_SQLITE
+
+    def other_dataset_configs(self, name: str = DATASET_YAML) -> list[str]:
+        """The YAML files of `.nv-meta` besides `name` and the split file that hold a `sample_type` (or a
+        crude dataset's `__class__`): dataset configs written under another name (`prepare
+        --dataset-yaml-name`), which energon loads when told (`dataset_config=`)."""
+        found = []
+        for path in sorted(self.meta.glob("*.yaml")):
+            if path.name in (name, SPLIT_YAML):
+                continue
+            try:
+                config = read_dataset_yaml(path)
+            except PrepError:
+                continue
+            if ("sample_type" in config or "__class__" in config) and "splits" not in config:
+                found.append(path.name)
+        return found
 
     # -- bytes ------------------------------------------------------------------------------------
     def _fd(self, tar_file_id: int) -> int:

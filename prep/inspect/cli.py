@@ -20,12 +20,20 @@ from prep.cli import (
 )
 from prep.codecs import TEXT_LIMIT
 from prep.errors import PrepError
+from prep.index.format import DATASET_YAML
 
 if TYPE_CHECKING:
     from prep.index.dataset import PreparedDataset
 
 #: The dataset: a prepared folder, or `s3://BUCKET/PATH` / `msc://PROFILE/PATH` (`prep.inspect.remote`).
 dataset_argument = click.argument("dataset", type=DatasetLocation())
+#: energon lint's `--dataset-config`: a dataset config written under another name (`--dataset-yaml-name`).
+dataset_config_option = click.option(
+    "--dataset-config",
+    default=DATASET_YAML,
+    show_default=True,
+    help="The dataset config in .nv-meta (one prepared with --dataset-yaml-name).",
+)
 
 
 @click.command("info")
@@ -44,15 +52,21 @@ dataset_argument = click.argument("dataset", type=DatasetLocation())
     show_default=True,
     help="How many of the largest samples to list per split.",
 )
+@dataset_config_option
 @tmp_path_option
 def info_command(
-    dataset: Path | str, as_json: bool, plot: Path | None, largest: int, tmp_path: Path | None
+    dataset: Path | str,
+    as_json: bool,
+    plot: Path | None,
+    largest: int,
+    dataset_config: str,
+    tmp_path: Path | None,
 ) -> None:
     """Show per split the shards, samples, bytes, part types with size percentiles and the largest samples."""
     from prep.inspect.info import dataset_info, format_info, index_disagreement, plot_info
 
     with _opened(dataset, tmp_path) as prepared:
-        stats = dataset_info(prepared, largest=largest)
+        stats = dataset_info(prepared, largest=largest, dataset_config=dataset_config)
         plotted = None if plot is None else plot_info(prepared, stats, str(plot))
     stats.path = str(dataset)  # not the local mirror of a bucket dataset
     if as_json:
@@ -77,6 +91,7 @@ def info_command(
 @num_workers_option
 @progress_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@dataset_config_option
 @tmp_path_option
 def verify_command(
     dataset: Path | str,
@@ -86,6 +101,7 @@ def verify_command(
     num_workers: int | None,
     progress: bool,
     as_json: bool,
+    dataset_config: str,
     tmp_path: Path | None,
 ) -> None:
     """Check that .info.json, split files, .tar.idx, sqlite and the tars agree; exit 1 if they do not.
@@ -101,7 +117,7 @@ def verify_command(
 
         if load:
             raise click.UsageError("--load reads every sample; run it on a local copy of a bucket dataset.")
-        report = verify_remote(dataset, deep=deep, tmp_path=tmp_path)
+        report = verify_remote(dataset, deep=deep, tmp_path=tmp_path, dataset_config=dataset_config)
     elif (metadataset := metadataset_file(dataset)) is not None:
         if load:
             raise click.UsageError(
@@ -110,7 +126,7 @@ def verify_command(
             )
         report = verify_metadataset(metadataset, deep=deep)
     else:
-        report = verify_dataset(dataset, deep=deep)
+        report = verify_dataset(dataset, deep=deep, dataset_config=dataset_config)
     if load and report.healthy:
         from prep.inspect.load import load_samples
 

@@ -17,6 +17,7 @@ import numpy as np
 from prep.errors import PrepError
 from prep.index.columns import TextColumn
 from prep.index.dataset import PreparedDataset
+from prep.index.format import DATASET_YAML
 
 PERCENTILES = (50, 90, 99)
 LARGEST_SAMPLES = 5
@@ -77,10 +78,10 @@ class DatasetStats:
         return asdict(self)
 
 
-def _describe_type(config: dict | None) -> tuple[str, str, dict[str, str] | None]:
-    """(sample type name, kind, field map) from a parsed dataset.yaml."""
+def _describe_type(config: dict | None, name: str) -> tuple[str, str, dict[str, str] | None]:
+    """(sample type name, kind, field map) from a parsed dataset config (`name`, e.g. dataset.yaml)."""
     if config is None:
-        return "none (no dataset.yaml)", "unknown", None
+        return f"none (no {name})", "unknown", None
     sample_type = config.get("sample_type") if isinstance(config.get("sample_type"), dict) else config
     name = str(sample_type.get("__class__", "unknown"))
     field_map = config.get("field_map")
@@ -109,8 +110,11 @@ def _part_columns(dataset: PreparedDataset) -> tuple[dict[str, np.ndarray], Text
     return columns, names
 
 
-def dataset_info(dataset: PreparedDataset, largest: int = LARGEST_SAMPLES) -> DatasetStats:
-    """Per-split statistics of a prepared dataset, read from its index."""
+def dataset_info(
+    dataset: PreparedDataset, largest: int = LARGEST_SAMPLES, dataset_config: str = DATASET_YAML
+) -> DatasetStats:
+    """Per-split statistics of a prepared dataset, read from its index; the sample type from its
+    `.nv-meta/{dataset_config}`."""
     splits = dataset.splits()
     shard_bytes = {name: _file_size(dataset.shard_path(name)) for name in dataset.shards}
     index = dataset.index
@@ -164,7 +168,7 @@ def dataset_info(dataset: PreparedDataset, largest: int = LARGEST_SAMPLES) -> Da
         for name, count in zip(dataset.shards, indexed, strict=True)
         if count != dataset.shard_counts[name]
     ]
-    sample_type, kind, field_map = _describe_type(dataset.dataset_config())
+    sample_type, kind, field_map = _describe_type(dataset.dataset_config(dataset_config), dataset_config)
     return DatasetStats(
         path=str(dataset.root),
         sample_type=sample_type,

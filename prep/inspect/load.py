@@ -31,8 +31,8 @@ MISSING_ENERGON = (
 )
 
 
-def _child_command(root: Path, split: str | None, workers: int | None) -> list[str]:
-    command = [sys.executable, "-m", LOAD_MODULE, str(root)]
+def _child_command(root: Path, split: str | None, workers: int | None, config: str) -> list[str]:
+    command = [sys.executable, "-m", LOAD_MODULE, str(root), "--dataset-config", config]
     if split is not None:
         command += ["--split", split]
     if workers is not None:
@@ -77,7 +77,7 @@ def load_samples(
         with PreparedDataset(report.root) as dataset:
             dataset.split_shards(split)  # a PrepError naming the splits there are, before energon's assertion
     report.load = True
-    command = _child_command(Path(report.root), split, workers)
+    command = _child_command(Path(report.root), split, workers, report.dataset_config)
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=errors, text=True, env=_child_environment()

@@ -27,6 +27,7 @@ import numpy as np
 from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
 from prep.index.format import (
+    DATASET_YAML,
     INFO_JSON,
     INFO_YAML,
     META_DIR,
@@ -175,7 +176,12 @@ def _indexed_header_offsets(root: Path, shard: str) -> list[int]:
 
 
 def verify_remote(
-    address: str, *, deep: bool = False, tmp_path: str | Path | None = None, store: ObjectStore | None = None
+    address: str,
+    *,
+    deep: bool = False,
+    tmp_path: str | Path | None = None,
+    store: ObjectStore | None = None,
+    dataset_config: str = DATASET_YAML,
 ) -> VerifyReport:
     """`verify` of a bucket dataset, on a mirror of its headers (or, with `deep`, of its whole shards); the
     report names the address, not the mirror."""
@@ -183,7 +189,7 @@ def verify_remote(
         mirror,
         _,
     ):
-        report = verify_dataset(mirror, deep=deep)
+        report = verify_dataset(mirror, deep=deep, dataset_config=dataset_config)
     report.root = address
 
     def named(problem: Problem) -> Problem:

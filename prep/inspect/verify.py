@@ -73,6 +73,8 @@ class VerifyReport:
     #: With `--load` (`prep.inspect.load`): the samples loaded through dataset.yaml.
     load: bool = False
     loaded: int = 0
+    #: The dataset config in `.nv-meta` the dataset was checked (and loaded) with.
+    dataset_config: str = DATASET_YAML
 
     @property
     def healthy(self) -> bool:
@@ -525,7 +527,7 @@ def _check_shard(
 MODULE_KEYS = ("sample_loader", "part_filter")
 
 
-def _missing_modules(dataset: PreparedDataset, config: dict | None) -> list[Problem]:
+def _missing_modules(dataset: PreparedDataset, config: dict | None, config_name: str) -> list[Problem]:
     """A problem for each module dataset.yaml's `sample_loader` or `part_filter` names that is not there:
     energon then cannot build the dataset at all. The modules are never imported here."""
     problems = []
@@ -538,7 +540,7 @@ def _missing_modules(dataset: PreparedDataset, config: dict | None) -> list[Prob
         if not path.is_file():
             problems.append(
                 Problem(
-                    f"{META_DIR}/{DATASET_YAML}",
+                    f"{META_DIR}/{config_name}",
                     f"its {key} is {value!r}, but {META_DIR}/{module} does not exist: energon cannot build"
                     " the dataset.",
                     f"put {module} back in {META_DIR}/, or re-run prepare to write a new dataset.yaml",
@@ -565,7 +567,7 @@ def _holds(path: Path, text: str) -> bool:
         return False
 
 
-def _unread_fields(config: dict | None, parts: dict[int, dict]) -> list[Problem]:
+def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str) -> list[Problem]:
     """A problem for each field of dataset.yaml's field map that reads only parts no sample has: energon's
     loader fails on every sample for it, so it is the field map to fix, not the samples."""
     field_map = config.get("field_map") if config is not None else None
@@ -579,11 +581,11 @@ def _unread_fields(config: dict | None, parts: dict[int, dict]) -> list[Problem]
             shown = sorted(present)[:MAX_PART_NAMES] + (["..."] if len(present) > MAX_PART_NAMES else [])
             problems.append(
                 Problem(
-                    f"{META_DIR}/{DATASET_YAML}",
+                    f"{META_DIR}/{config_name}",
                     f"the field map reads field {field_name!r} from part {wanted}, which no sample has"
                     f" (the samples' parts are {', '.join(shown)}): energon's loader fails on"
                     " every sample.",
-                    f"correct `field_map` in {META_DIR}/{DATASET_YAML} to name a part the samples have",
+                    f"correct `field_map` in {META_DIR}/{config_name} to name a part the samples have",
                 )
             )
     return problems
@@ -613,25 +615,35 @@ def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
     return None
 
 
-def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> VerifyReport:
-    """Check a prepared dataset; the report lists every problem found with its fix."""
+def verify_dataset(
+    root: str | os.PathLike[str], *, deep: bool = False, dataset_config: str = DATASET_YAML
+) -> VerifyReport:
+    """Check a prepared dataset, its dataset config being `.nv-meta/{dataset_config}`; the report lists
+    every problem found with its fix."""
     dataset = PreparedDataset(root)
-    report = VerifyReport(str(dataset.root), deep)
+    report = VerifyReport(str(dataset.root), deep, dataset_config=dataset_config)
     root_text = str(dataset.root)
     try:
         for name, why in (
-            (DATASET_YAML, "energon's loader needs it"),
+            (dataset_config, "energon's loader needs it"),
             (INDEX_UUID, "energon's caches key on it"),
         ):
             if not (dataset.meta / name).exists():
-                report.problems.append(
-                    Problem(f"{META_DIR}/{name}", f"is missing; {why}.", REPREPARE.format(root=root_text))
-                )
+                fix = REPREPARE.format(root=root_text)
+                others = dataset.other_dataset_configs(name) if name == dataset_config else []
+                if others:
+                    why += (
+                        f" ({META_DIR} holds {others[0]}, a dataset config of another name: give it with"
+                        f" --dataset-config {others[0]}, as energon's loader is given dataset_config="
+                        f"{others[0]!r})"
+                    )
+                    fix = f"verify with --dataset-config {others[0]}, or re-run prepare without --dataset-yaml-name"
+                report.problems.append(Problem(f"{META_DIR}/{name}", f"is missing; {why}.", fix))
         config = None
         try:
-            config = dataset.dataset_config()  # energon loads only a readable YAML mapping
+            config = dataset.dataset_config(dataset_config)  # energon loads only a readable YAML mapping
         except PrepError as error:
-            report.problems.append(_meta_file_problem(dataset, DATASET_YAML, error))
+            report.problems.append(_meta_file_problem(dataset, dataset_config, error))
         known = set(dataset.shards)
         try:
             splits, excludes = read_splits(dataset.meta / SPLIT_YAML)
@@ -675,9 +687,9 @@ def verify_dataset(root: str | os.PathLike[str], *, deep: bool = False) -> Verif
                     )
                 )
                 sqlite_problem = report.problems[-1]
-        report.problems.extend(_missing_modules(dataset, config))
+        report.problems.extend(_missing_modules(dataset, config, dataset_config))
         if parts:
-            report.problems.extend(_unread_fields(config, parts))
+            report.problems.extend(_unread_fields(config, parts, dataset_config))
         known_ids = set(range(len(dataset.shards)))
         stray = sorted(set(samples) - known_ids)
         if stray:
@@ -776,7 +788,7 @@ def format_report(report: VerifyReport) -> str:
         else "index and headers; --deep also reads every member"
     )
     if report.load:
-        mode += f"; {report.loaded:,} samples loaded through dataset.yaml"
+        mode += f"; {report.loaded:,} samples loaded through {report.dataset_config}"
     lines = [
         f"verify {report.root}: {report.shards:,} shards, {report.samples:,} samples, {report.parts:,} parts ({mode})"
     ]

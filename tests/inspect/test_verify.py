@@ -612,3 +612,43 @@ def test_a_shard_compressed_after_prepare_is_named_compressed_not_truncated(base
     problems = problems_of(dataset, deep)
     assert [(p.where, p.what.split(".")[0]) for p in problems] == [("shard-002.tar", "is gzip-compressed")]
     assert "Decompress it" in problems[0].fix
+
+
+def test_a_dataset_config_of_another_name_is_found_and_checked_with_dataset_config(tmp_path):
+    root = tmp_path / "d"
+    write_tarfile(root / "a.tar", sample_members("a-", 3))
+    flags = ["--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "TextSample"]
+    run_shardprep(
+        "prepare",
+        str(root),
+        *flags,
+        "--field-map",
+        '{"text": "txt"}',
+        "--dataset-yaml-name",
+        "text.yaml",
+        check=True,
+    )
+    assert not (root / ".nv-meta" / "dataset.yaml").exists()
+    result = run_shardprep("verify", str(root))
+    assert result.returncode == 1
+    assert "PROBLEM .nv-meta/dataset.yaml: is missing; energon's loader needs it" in result.stdout
+    assert (
+        "text.yaml, a dataset config of another name: give it with --dataset-config text.yaml"
+        in result.stdout
+    )
+    for flags in ([], ["--load"]):
+        result = run_shardprep("verify", str(root), "--dataset-config", "text.yaml", *flags)
+        assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy"), (
+            result.stdout + result.stderr
+        )
+    assert "3 samples loaded through text.yaml" in result.stdout
+    info = run_shardprep("info", str(root), "--dataset-config", "text.yaml", "--json", check=True)
+    assert json.loads(info.stdout)["field_map"] == {"text": "txt"}
+    (root / ".nv-meta" / "text.yaml").write_text(
+        (root / ".nv-meta" / "text.yaml").read_text().replace("text: txt", "text: md")
+    )
+    result = run_shardprep("verify", str(root), "--dataset-config", "text.yaml")
+    assert (
+        result.returncode == 1
+        and "PROBLEM .nv-meta/text.yaml: the field map reads field 'text'" in result.stdout
+    )
