@@ -47,11 +47,11 @@ def _child_environment() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": here + (os.pathsep + path if path else "")}
 
 
-def _problem(failure: dict) -> Problem:
+def _problem(failure: dict, config: str) -> Problem:
     where = f"{failure['shard']}/{failure['key']}"
     part = failure["part"]
     what = (
-        f"sample {failure['key']!r} of split {failure['split']!r} does not load through dataset.yaml"
+        f"sample {failure['key']!r} of split {failure['split']!r} does not load through {config}"
         + (f": part {part!r}" if part is not None else "")
         + f" raises {failure['error_type']}: {failure['message']}"
     )
@@ -95,7 +95,7 @@ def load_samples(
                 if "progress" in message and progress is not None:
                     progress(message["progress"]["done"], message["progress"]["total"])
                 elif "failure" in message:
-                    report.problems.append(_problem(message["failure"]))
+                    report.problems.append(_problem(message["failure"], report.dataset_config))
                 elif "report" in message:
                     summary = message["report"]
                 elif "error" in message:

@@ -618,16 +618,9 @@ def test_a_dataset_config_of_another_name_is_found_and_checked_with_dataset_conf
     root = tmp_path / "d"
     write_tarfile(root / "a.tar", sample_members("a-", 3))
     flags = ["--non-interactive", "--split-ratio", "1,0,0", "--sample-type", "TextSample"]
-    run_shardprep(
-        "prepare",
-        str(root),
-        *flags,
-        "--field-map",
-        '{"text": "txt"}',
-        "--dataset-yaml-name",
-        "text.yaml",
-        check=True,
-    )
+    flags += ["--field-map", '{"text": "txt"}', "--dataset-yaml-name", "text.yaml"]
+    run_shardprep("prepare", str(root), *flags, check=True)
+    config = root / ".nv-meta" / "text.yaml"
     assert not (root / ".nv-meta" / "dataset.yaml").exists()
     result = run_shardprep("verify", str(root))
     assert result.returncode == 1
@@ -644,11 +637,11 @@ def test_a_dataset_config_of_another_name_is_found_and_checked_with_dataset_conf
     assert "3 samples loaded through text.yaml" in result.stdout
     info = run_shardprep("info", str(root), "--dataset-config", "text.yaml", "--json", check=True)
     assert json.loads(info.stdout)["field_map"] == {"text": "txt"}
-    (root / ".nv-meta" / "text.yaml").write_text(
-        (root / ".nv-meta" / "text.yaml").read_text().replace("text: txt", "text: md")
-    )
+    text = config.read_text()
+    config.write_text(text.replace("text: txt", "text: txt[field]"))  # each sample's txt has no field
+    result = run_shardprep("verify", str(root), "--dataset-config", "text.yaml", "--load")
+    assert result.returncode == 1 and "does not load through text.yaml" in result.stdout, result.stdout
+    config.write_text(text.replace("text: txt", "text: md"))
     result = run_shardprep("verify", str(root), "--dataset-config", "text.yaml")
-    assert (
-        result.returncode == 1
-        and "PROBLEM .nv-meta/text.yaml: the field map reads field 'text'" in result.stdout
-    )
+    assert result.returncode == 1
+    assert "PROBLEM .nv-meta/text.yaml: the field map reads field 'text'" in result.stdout
