@@ -68,6 +68,20 @@ class PreparedDataset:
         """Split name -> shard names, as energon resolves them from the split file."""
         return read_splits(self.meta / split_file)[0]
 
+    def excluded_samples(self, split_file: str = SPLIT_YAML) -> dict[int, set[str]]:
+        """The samples the split file's `exclude` drops one by one (`SHARD/KEY`, as energon matches
+        them), as keys by `tar_file_id`; excluded shards are left out of `splits` already."""
+        excluded: dict[int, set[str]] = {}
+        for entry in read_splits(self.meta / split_file)[1]:
+            slash = entry.find("/")
+            while slash >= 0:  # a shard name may itself hold slashes: try each cut
+                tar_file_id = self._shard_ids.get(entry[:slash])
+                if tar_file_id is not None:
+                    excluded.setdefault(tar_file_id, set()).add(entry[slash + 1 :])
+                    break
+                slash = entry.find("/", slash + 1)
+        return excluded
+
     def split_shards(self, split: str | None) -> list[str]:
         """The shards of one split, or of the whole dataset when `split` is None."""
         if split is None:

@@ -48,6 +48,7 @@ class LargeSample:
 class SplitStats:
     split: str
     shards: int
+    #: The samples energon's loader reads: those of the split's shards less those `exclude`d one by one.
     samples: int
     #: Sum of the split's shard file sizes; shards missing on disk count 0 and are listed in `missing_shards`.
     bytes: int
@@ -102,12 +103,31 @@ def _file_size(path: os.PathLike[str]) -> int | None:
 
 
 def _part_columns(dataset: PreparedDataset) -> tuple[dict[str, np.ndarray], TextColumn]:
-    """Every part's shard (`tar`) and size, with the part names."""
+    """Every part's shard (`tar`), sample index and size, with the part names."""
     columns, names = dataset.index.columns(
-        "sample_parts", {"tar": "tar_file_id", "size": "content_byte_size"}, text="part_name"
+        "sample_parts",
+        {"tar": "tar_file_id", "index": "sample_index", "size": "content_byte_size"},
+        text="part_name",
     )
     assert names is not None
     return columns, names
+
+
+def _places(tar: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Each sample's (tar_file_id, sample_index) as one integer, for `np.isin`."""
+    return (tar.astype(np.int64) << 32) | index.astype(np.int64)
+
+
+def _excluded_places(dataset: PreparedDataset) -> np.ndarray:
+    """The places (`_places`) of the samples the split file excludes one by one."""
+    found = []
+    for tar_file_id, keys in dataset.excluded_samples().items():
+        for key in sorted(keys):
+            place = dataset.index.sample_place(key)  # (rowid, tar_file_id)
+            sample = dataset.index.sample_by_rowid(place[0]) if place and place[1] == tar_file_id else None
+            if sample is not None:
+                found.append((tar_file_id << 32) | sample.index)
+    return np.array(found, dtype=np.int64)
 
 
 def dataset_info(
@@ -118,11 +138,16 @@ def dataset_info(
     splits = dataset.splits()
     shard_bytes = {name: _file_size(dataset.shard_path(name)) for name in dataset.shards}
     index = dataset.index
-    samples, _ = index.columns("samples", {"rowid": "rowid", "tar": "tar_file_id", "size": "byte_size"})
+    columns = {"rowid": "rowid", "tar": "tar_file_id", "index": "sample_index", "size": "byte_size"}
+    samples, _ = index.columns("samples", columns)
     sample_rowid, sample_tar, sample_size = samples["rowid"], samples["tar"], samples["size"]
     parts, names = _part_columns(dataset)
     part_tar, part_size = parts["tar"], parts["size"]
     part_names, part_code = names.codes()
+    # the samples split.yaml excludes one by one: energon's loader skips them, so their split does not count them
+    dropped = _excluded_places(dataset)
+    sample_kept = ~np.isin(_places(sample_tar, samples["index"]), dropped)
+    part_kept = ~np.isin(_places(part_tar, parts["index"]), dropped)
 
     split_stats = []
     for split, names in splits.items():
@@ -131,11 +156,12 @@ def dataset_info(
         stats = SplitStats(
             split=split,
             shards=len(names),
-            samples=sum(dataset.shard_counts.get(name, 0) for name in names),
+            samples=sum(dataset.shard_counts.get(name, 0) for name in names)
+            - int((~sample_kept & np.isin(sample_tar, ids)).sum()),
             bytes=sum(shard_bytes.get(name) or 0 for name in names),
             missing_shards=[name for name in names if shard_bytes.get(name) is None],
         )
-        in_split = np.isin(part_tar, ids)
+        in_split = np.isin(part_tar, ids) & part_kept
         for code, part in enumerate(part_names):
             sizes = part_size[in_split & (part_code == code)]
             if sizes.size == 0:
@@ -147,7 +173,7 @@ def dataset_info(
                 )
             )
         stats.parts.sort(key=lambda p: (-p.count, p.part))
-        sample_mask = np.isin(sample_tar, ids)
+        sample_mask = np.isin(sample_tar, ids) & sample_kept
         sizes = sample_size[sample_mask]
         if sizes.size:
             top = np.argsort(-sizes, kind="stable")[:largest]

@@ -174,3 +174,21 @@ def test_an_unreadable_index_folder_or_file_is_named_with_make_it_readable(
     said = result.stdout + result.stderr
     assert f"{dataset / unreadable} cannot be read (Permission denied)" in said, said
     assert "make it readable (check its owner and mode)" in said and "prepare" not in said, said
+
+
+def test_samples_excluded_in_split_yaml_are_not_counted_in_their_split(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    splits = yaml.safe_load(split_yaml.read_text())
+    before = json.loads(run_shardprep("info", str(dataset), "--json", check=True).stdout)
+    train = next(split for split in before["splits"] if split["split"] == "train")
+    largest = train["largest_samples"][0]
+    splits["exclude"] = [f"{largest['shard']}/{largest['key']}", "no-such.tar/x"]
+    split_yaml.write_text(yaml.dump(splits))
+    after = json.loads(run_shardprep("info", str(dataset), "--json", check=True).stdout)
+    now = next(split for split in after["splits"] if split["split"] == "train")
+    # energon's loader skips the excluded sample: one sample fewer, and none of its parts
+    assert now["samples"] == train["samples"] - 1
+    assert sum(part["count"] for part in now["parts"]) < sum(part["count"] for part in train["parts"])
+    assert largest["key"] not in [sample["key"] for sample in now["largest_samples"]]
+    assert after["samples"] == before["samples"]  # the dataset still holds it
