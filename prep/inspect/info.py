@@ -50,7 +50,8 @@ class SplitStats:
     shards: int
     #: The samples energon's loader reads: those of the split's shards less those `exclude`d one by one.
     samples: int
-    #: Sum of the split's shard file sizes; shards missing on disk count 0 and are listed in `missing_shards`.
+    #: Sum of the split's shard file sizes; shards missing on disk (or in a folder that cannot be searched)
+    #: count 0 and are listed in `missing_shards`.
     bytes: int
     parts: list[PartStats] = field(default_factory=list)
     largest_samples: list[LargeSample] = field(default_factory=list)
@@ -98,7 +99,7 @@ def _describe_type(config: dict | None, name: str) -> tuple[str, str, dict[str, 
 def _file_size(path: os.PathLike[str]) -> int | None:
     try:
         return os.stat(path).st_size
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):  # `verify` says which and what to do
         return None
 
 
@@ -255,7 +256,8 @@ def format_info(stats: DatasetStats) -> str:
         )
         if split.missing_shards:
             lines.append(
-                f"  missing shard files: {', '.join(split.missing_shards[:5])} (run `shardprep verify`)"
+                f"  missing or unreadable shard files: {', '.join(split.missing_shards[:5])} (run `shardprep"
+                " verify`)"
             )
         if not split.parts:
             continue

@@ -16,6 +16,7 @@ import yaml
 from prep.index.group import key_and_part
 from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
 from tests.support.prepare import run_shardprep
+from tests.support.shards import sample_members, write_tarfile
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +193,17 @@ def test_samples_excluded_in_split_yaml_are_not_counted_in_their_split(base, tmp
     assert sum(part["count"] for part in now["parts"]) < sum(part["count"] for part in train["parts"])
     assert largest["key"] not in [sample["key"] for sample in now["largest_samples"]]
     assert after["samples"] == before["samples"]  # the dataset still holds it
+
+
+def test_shards_in_a_folder_that_cannot_be_searched_are_listed_not_a_traceback(tmp_path):
+    root = tmp_path / "d"
+    write_tarfile(root / "parts" / "a.tar", sample_members("a-", 2))
+    write_tarfile(root / "b.tar", sample_members("b-", 2))
+    run_shardprep("prepare", str(root), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True)
+    (root / "parts").chmod(0)
+    try:
+        result = run_shardprep("info", str(root), honour_permissions=True)
+    finally:
+        (root / "parts").chmod(0o755)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "missing or unreadable shard files: parts/a.tar (run `shardprep verify`)" in result.stdout
