@@ -527,9 +527,10 @@ def _check_shard(
 MODULE_KEYS = ("sample_loader", "part_filter")
 
 
-def _missing_modules(dataset: PreparedDataset, config: dict | None, config_name: str) -> list[Problem]:
-    """A problem for each module dataset.yaml's `sample_loader` or `part_filter` names that is not there:
-    energon then cannot build the dataset at all. The modules are never imported here."""
+def _module_problems(dataset: PreparedDataset, config: dict | None, config_name: str) -> list[Problem]:
+    """A problem for each module dataset.yaml's `sample_loader` or `part_filter` names that is not there
+    (energon then cannot build the dataset at all), and for a `sample_loader.py` that is still prepare's
+    template (every sample fails). The modules are read as text, never imported."""
     problems = []
     for key in MODULE_KEYS:
         value = config.get(key) if config is not None else None
@@ -687,7 +688,7 @@ def verify_dataset(
                     )
                 )
                 sqlite_problem = report.problems[-1]
-        report.problems.extend(_missing_modules(dataset, config, dataset_config))
+        report.problems.extend(_module_problems(dataset, config, dataset_config))
         if parts:
             report.problems.extend(_unread_fields(config, parts, dataset_config))
         known_ids = set(range(len(dataset.shards)))
