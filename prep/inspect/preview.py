@@ -60,15 +60,17 @@ class ShownSample(NamedTuple):
 
 def _other_member(header: bytes, name: str, location: PartLocation) -> str | None:
     """Why the 512 bytes before a part's indexed offset are not the header of member `name` with the
-    indexed size, or None when they are (or may be: a name cut at 100 bytes, or written by a PAX record
-    when it is not ASCII, and a size above the ustar field's limit, are not compared)."""
+    indexed size, or None when they are (or may be: a name longer than the name field or not ASCII,
+    which a PAX record may hold, and a size above the ustar field's limit are not compared)."""
     at = f"the index puts it at byte {location.offset:,}, but"
     member = header_member(header)
     if member is None:
         return f"{at} no tar header precedes it there: the shard or its index changed after prepare."
     found, size = member
     expected = name.encode("utf-8", "surrogateescape")
-    name_differs = found != expected and len(found) < NAME.stop and expected.isascii()
+    # a name that fits the name field is written there as it is (longer ones are cut or abbreviated by
+    # some writers, and non-ASCII ones replaced, beside a PAX record that holds the real one)
+    name_differs = found != expected and len(expected) <= NAME.stop and expected.isascii()
     if name_differs or (size != location.size and location.size <= MAX_OCTAL_SIZE):
         shown = found.decode("utf-8", "backslashreplace")
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sqlite3
@@ -142,4 +143,27 @@ def test_a_split_naming_a_shard_the_index_does_not_list_is_named_with_split_yaml
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"split 'train' of {split_yaml} names shard 'gone/x.tar', which .info.json does not list." in (
         result.stderr
+    )
+
+
+def test_a_long_name_a_pax_record_holds_beside_an_abbreviated_ustar_name_is_shown(tmp_path):
+    """bsdtar writes an abbreviated ustar name (shorter than the field) beside the PAX `path`."""
+    root = tmp_path / "d"
+    root.mkdir()
+    long_name = "dir-" + "x" * 150 + "/k0.txt"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(long_name)
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"hello"))
+    data = bytearray(buffer.getvalue())
+    header = next(at for at in range(0, len(data), 512) if data[at + 156] == ord("0"))
+    data[header : header + 100] = b"dir-xxx.../k0.txt".ljust(100, b"\0")
+    data[header + 148 : header + 156] = b" " * 8
+    data[header + 148 : header + 156] = b"%06o\0 " % sum(data[header : header + 512])
+    (root / "a.tar").write_bytes(bytes(data))
+    run_shardprep("prepare", str(root), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True)
+    result = run_shardprep("preview", str(root))
+    assert result.returncode == 0 and "-- txt (5 bytes): hello" in result.stdout, (
+        result.stdout + result.stderr
     )
