@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.index.format import META_DIR, METADATASET_YAML
+from prep.index.format import DATASET_YAML, META_DIR, METADATASET_YAML
 
 #: A reference with a scheme (`msc://`, `s3://`, `filesystem://`, `filesystem+s3://`).
 _URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<path>.*)", re.IGNORECASE)
@@ -48,6 +48,8 @@ class DatasetReference:
     written: str
     path: Path
     aux: tuple[AuxReference, ...]
+    #: The dataset config in the dataset's `.nv-meta` (the reference's `dataset_config`).
+    dataset_config: str = DATASET_YAML
 
 
 def metadataset_file(location: Path) -> Path | None:
@@ -80,7 +82,7 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
         )
     references: list[DatasetReference] = []
     for split, node in document["splits"].items():
-        for written, aux in _references(node):
+        for written, aux, config in _references(node):
             resolved = _resolve(path, written)
             if resolved is None:
                 continue
@@ -89,19 +91,25 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
                     raise PrepError(f"{path} names metadatasets more than {MAX_NESTING} deep (a loop?).")
                 references.extend(read_metadataset(resolved, _depth + 1))
                 continue
-            references.append(DatasetReference(path, str(split), written, resolved, _aux(path, aux)))
+            references.append(DatasetReference(path, str(split), written, resolved, _aux(path, aux), config))
     return references
 
 
-def _references(node: object) -> list[tuple[str, dict]]:
-    """(path text, aux mapping) of every mapping with a `path` at or below `node`."""
+def _references(node: object) -> list[tuple[str, dict, str]]:
+    """(path text, aux mapping, dataset config) of every mapping with a `path` at or below `node`."""
     if isinstance(node, list):
         return [found for item in node for found in _references(item)]
     if not isinstance(node, dict):
         return []
     if isinstance(node.get("path"), str):
-        aux = node.get("aux")
-        return [(node["path"], aux if isinstance(aux, dict) else {})]
+        aux, config = node.get("aux"), node.get("dataset_config")
+        return [
+            (
+                node["path"],
+                aux if isinstance(aux, dict) else {},
+                config if isinstance(config, str) else DATASET_YAML,
+            )
+        ]
     return [found for value in node.values() for found in _references(value)]
 
 

@@ -728,7 +728,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
     folder is gone without saying why, so a moved one is a problem here."""
     report = VerifyReport(str(metadataset), deep)
     where = metadataset.name
-    checked: set[Path] = set()
+    checked: set[tuple[Path, str]] = set()
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -737,12 +737,12 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
             f"move it back to {path}, or correct the path in {name} (relative paths start at its folder)",
         )
 
-    def add(path: Path, prefix: str) -> None:
-        if path in checked:
+    def add(path: Path, prefix: str, config: str = DATASET_YAML) -> None:
+        if (path, config) in checked:
             return
-        checked.add(path)
+        checked.add((path, config))
         try:
-            part = verify_dataset(path, deep=deep)
+            part = verify_dataset(path, deep=deep, dataset_config=config)
         except PrepError as error:
             report.problems.append(Problem(prefix, str(error), REPREPARE.format(root=path)))
             return
@@ -766,7 +766,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
                 )
             )
             continue
-        add(reference.path, os.path.relpath(reference.path, metadataset.parent))
+        add(reference.path, os.path.relpath(reference.path, metadataset.parent), reference.dataset_config)
         for aux in reference.aux:
             if not aux.path.is_dir():
                 what = f"split {reference.split!r} joins auxiliary dataset {aux.name!r} from"

@@ -645,3 +645,17 @@ def test_a_dataset_config_of_another_name_is_found_and_checked_with_dataset_conf
     result = run_shardprep("verify", str(root), "--dataset-config", "text.yaml")
     assert result.returncode == 1
     assert "PROBLEM .nv-meta/text.yaml: the field map reads field 'text'" in result.stdout
+
+
+def test_a_metadataset_reference_with_its_own_dataset_config_is_verified_with_it(tmp_path):
+    folder = polylithic(tmp_path / "poly", "folder")
+    meta = folder / "primary" / ".nv-meta"
+    (meta / "dataset.yaml").rename(meta / "crude.yaml")
+    metadataset = folder / "metadataset.yaml"
+    text = metadataset.read_text()
+    assert "    path: primary\n" in text
+    metadataset.write_text(
+        text.replace("    path: primary\n", "    path: primary\n    dataset_config: crude.yaml\n")
+    )
+    result = run_shardprep("verify", str(folder))
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy"), result.stdout
