@@ -80,3 +80,19 @@ def test_the_demo_never_replaces_a_folder_given_as_out(tmp_path):
     )
     assert result.returncode == 2 and "is not empty" in result.stderr
     assert [path.name for path in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+def test_the_inspect_example_answers_help_with_its_usage_and_runs_nothing(tmp_path):
+    """`--help` was a dataset path to it, and it ran every command on that (the other examples parse their
+    arguments with argparse from the start)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "inspect" / "inspect_dataset.py"), "--help"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout.startswith("usage: "), result.stdout + result.stderr
+    assert "$ shardprep" not in result.stdout

@@ -9,6 +9,7 @@ folder given as the first argument, which must already be prepared), prepares it
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -57,9 +58,14 @@ def build(folder: Path) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("dataset", nargs="?", type=Path, help="a prepared dataset (default: build one)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
-        if len(sys.argv) > 1:
-            dataset = Path(sys.argv[1]).resolve()
+        if args.dataset is not None:
+            dataset = args.dataset.resolve()
         else:
             dataset = Path(temporary) / "captions"
             build(dataset)
