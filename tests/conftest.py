@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from tests.support import ceph
 from tests.support.leftovers import mounts_under, processes_mentioning, unmount_quietly
 
 
@@ -40,3 +41,24 @@ def nothing_left_behind(tmp_path_factory):
         f"process {pid}: {cmd}" for pid, cmd in processes.items()
     ]
     assert not left, "the tests left these behind (now cleaned up):\n" + "\n".join(left)
+
+
+#: The tests that need Ceph's gateway (`early_ceph`).
+CEPH_TESTS = "tests/storage/test_ceph.py"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_ceph(request, tmp_path_factory, nothing_left_behind):
+    """Ceph's gateway, started in the background as the run begins when the run holds `CEPH_TESTS` and
+    the daemons are installed (None otherwise): its start, mostly waiting on its daemons, passes beside
+    the tests before those. Stopped by them, or at the end of the run at the latest (before the check
+    that nothing is left behind, whose fixture this one depends on)."""
+    wanted = any(item.nodeid.startswith(CEPH_TESTS) for item in request.session.items)
+    if not wanted or not ceph.available():
+        yield None
+        return
+    starting = ceph.StartingCeph(tmp_path_factory.mktemp("ceph"))
+    try:
+        yield starting
+    finally:
+        starting.stop()

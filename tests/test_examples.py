@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,38 +33,62 @@ EXAMPLES = {
 }
 
 
+class Run:
+    """One example run in the background, in a temporary folder of its own."""
+
+    def __init__(self, script: str, temporary: Path, *arguments: str) -> None:
+        self.temporary = temporary
+        temporary.mkdir(parents=True)
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "examples" / script), *arguments],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temporary)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+
+    def finish(self) -> tuple[int, str, str]:
+        try:
+            stdout, stderr = self.process.communicate(timeout=600)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.communicate()
+        return self.process.returncode, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str, Path]]:
+    """Every example run at once (each mostly waits on its imports, one CPU at a time), and the demo once
+    more with `--out`: their exit codes, output and temporary folders, by script."""
+    root = tmp_path_factory.mktemp("examples")
+    (root / "kept").mkdir()
+    started = {script: Run(script, root / script.replace("/", "-")) for script in EXAMPLES}
+    started["demo --out"] = Run("demo/demo.py", root / "demo-out", "--out", str(root / "kept" / "captions"))
+    finished = {}
+    for script, run in started.items():
+        finished[script] = (*run.finish(), run.temporary)
+    finished["kept"] = (0, "", "", root / "kept")
+    return finished
+
+
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
-def test_an_example_runs_prints_what_its_readme_says_and_leaves_no_temporary_files(tmp_path, example):
-    temporary = tmp_path / "tmp"
-    temporary.mkdir()
-    result = subprocess.run(
-        [sys.executable, str(REPO / "examples" / example)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temporary)},
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_an_example_runs_prints_what_its_readme_says_and_leaves_no_temporary_files(runs, example):
+    returncode, stdout, stderr, temporary = runs[example]
+    assert returncode == 0, stderr[-3000:]
     for line in EXAMPLES[example]:
-        assert line in result.stdout, (line, result.stdout[-3000:])
-    assert ": False" not in result.stdout
+        assert line in stdout, (line, stdout[-3000:])
+    assert ": False" not in stdout
     left = [path.name for path in temporary.iterdir() if not path.name.startswith("torchinductor_")]
     assert left == [], "the example left these in the temporary folder"  # torch's compile cache is torch's
 
 
-def test_the_demo_keeps_its_dataset_where_out_says(tmp_path):
-    out = tmp_path / "captions"
-    subprocess.run(
-        [sys.executable, str(REPO / "examples" / "demo" / "demo.py"), "--out", str(out)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        check=True,
-        timeout=600,
-    )
-    assert (out / ".nv-meta" / ".info.json").is_file()
+def test_the_demo_keeps_its_dataset_where_out_says(runs):
+    returncode, _, stderr, _ = runs["demo --out"]
+    assert returncode == 0, stderr[-3000:]
+    assert (runs["kept"][3] / "captions" / ".nv-meta" / ".info.json").is_file()
 
 
 def test_the_demo_never_replaces_a_folder_given_as_out(tmp_path):

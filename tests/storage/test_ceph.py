@@ -29,9 +29,16 @@ pytestmark = pytest.mark.skipif(not available(), reason=f"Ceph's daemons are not
 
 
 @pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
-    """This module's server: Ceph's gateway in moto's place (conftest's `s3` points each test at it)."""
+def s3_server(early_ceph, tmp_path_factory):
+    """This module's server: Ceph's gateway in moto's place (conftest's `s3` points each test at it),
+    the one the run started early (tests/conftest.py) if it did."""
     pytest.importorskip("boto3", reason="boto3 is needed for the object-storage tests")
+    if early_ceph is not None:
+        try:
+            yield early_ceph.server()
+        finally:
+            early_ceph.stop()
+        return
     with CephS3Server(tmp_path_factory.mktemp("ceph")) as server:
         yield server
 

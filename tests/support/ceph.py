@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 import uuid
@@ -228,3 +229,31 @@ rgw data = {folder}/rgw
                 pass
         for process in stopping:
             process.wait(timeout=30)
+
+
+class StartingCeph:
+    """A `CephS3Server` starting in a thread of its own from the moment this is made: a test run that will
+    need one starts it first, and its 15-25 s of waiting on the daemons pass beside other tests.
+    `server()` waits for it (and raises what its start raised); `stop()` waits for the start and stops it."""
+
+    def __init__(self, folder: Path) -> None:
+        self._server = CephS3Server(folder)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="ceph-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self._server.start()
+        except BaseException as error:  # noqa: BLE001 - raised again in the test that needs the server
+            self._error = error
+
+    def server(self) -> CephS3Server:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._server
+
+    def stop(self) -> None:
+        self._thread.join()
+        self._server.stop()
