@@ -62,6 +62,17 @@ class TextColumn:
         """The values at `rows` (indexes or a slice), sharing this column's buffer."""
         return TextColumn(self.buffer, self.starts[rows], self.lengths[rows])
 
+    def distinct(self) -> set[str]:
+        """The distinct values, without a Python step per row when the values lie one after another in the
+        buffer (the column as read, or a slice of it: a shard's rows)."""
+        if not len(self):
+            return set()
+        ends = self.starts + self.lengths
+        if (self.starts[1:] == ends[:-1] + 1).all():
+            run = self.buffer[int(self.starts[0]) : int(ends[-1])]
+            return set(run.tobytes().decode().split(TEXT_SEPARATOR))
+        return set(self)
+
     def codes(self) -> tuple[list[str], np.ndarray]:
         """The distinct values in order of first appearance, and each row's position among them (for a
         column of few distinct values, such as part names)."""

@@ -574,7 +574,7 @@ def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str
     field_map = config.get("field_map") if config is not None else None
     if not isinstance(field_map, dict):
         return []
-    present = {name for group in parts.values() for name in group["name"].codes()[0]}
+    present = set().union(*(group["name"].distinct() for group in parts.values()))
     problems = []
     for field_name, names in field_map_parts(field_map).items():
         if not any(name in present for name in names):
