@@ -128,17 +128,19 @@ class PreparedDataset:
     def other_dataset_configs(self, name: str = DATASET_YAML) -> list[str]:
         """The YAML files of `.nv-meta` besides `name` and the split file that hold a `sample_type` (or a
         crude dataset's `__class__`): dataset configs written under another name (`prepare
-        --dataset-yaml-name`), which energon loads when told (`dataset_config=`)."""
+        --dataset-yaml-name`, which may name a sub-folder: `configs/x.yaml`), which energon loads when told
+        (`dataset_config=`); named relative to `.nv-meta`, those at its top first."""
         found = []
-        for path in sorted(self.meta.glob("*.yaml")):
-            if path.name in (name, SPLIT_YAML):
+        relative = (path.relative_to(self.meta).as_posix() for path in self.meta.rglob("*.yaml"))
+        for config_name in sorted(relative, key=lambda text: (text.count("/"), text)):
+            if config_name in (name, SPLIT_YAML):
                 continue
             try:
-                config = read_dataset_yaml(path)
+                config = read_dataset_yaml(self.meta / config_name)
             except PrepError:
                 continue
             if ("sample_type" in config or "__class__" in config) and "splits" not in config:
-                found.append(path.name)
+                found.append(config_name)
         return found
 
     # -- bytes ------------------------------------------------------------------------------------

@@ -55,6 +55,18 @@ def test_the_field_map_check_decodes_no_part_name_one_by_one(base, monkeypatch):
     assert decoded == []
 
 
+def test_a_dataset_config_in_a_sub_folder_of_nv_meta_is_found(base, tmp_path):
+    """`prepare --dataset-yaml-name configs/x.yaml` writes it there; verify named no config then, and
+    said to re-run prepare (which writes the same name again)."""
+    dataset = writable_copy(prepared_dataset(base, "energon", field_map=True), tmp_path / "d")
+    (dataset / ".nv-meta" / "configs").mkdir()
+    (dataset / ".nv-meta" / "dataset.yaml").rename(dataset / ".nv-meta" / "configs" / "x.yaml")
+    [problem] = problems_of(dataset)
+    assert "give it with --dataset-config configs/x.yaml" in problem.what, problem
+    assert problem.fix.startswith("verify with --dataset-config configs/x.yaml")
+    assert verify_dataset(dataset, dataset_config="configs/x.yaml").healthy
+
+
 def test_cli_exits_zero_and_says_healthy(base):
     result = run_shardprep("verify", str(prepared_dataset(base, "shardprep")))
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy")
