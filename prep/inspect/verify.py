@@ -568,6 +568,10 @@ def _holds(path: Path, text: str) -> bool:
         return False
 
 
+#: What energon's loader puts in every raw sample beside its parts (`FilteredSample`): a field map may read them.
+LOADER_KEYS = frozenset({"__key__", "__shard__", "__restore_key__", "__sources__"})
+
+
 def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str) -> list[Problem]:
     """A problem for each field of dataset.yaml's field map that reads only parts no sample has: energon's
     loader fails on every sample for it, so it is the field map to fix, not the samples."""
@@ -577,7 +581,7 @@ def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str
     present = set().union(*(group["name"].distinct() for group in parts.values()))
     problems = []
     for field_name, names in field_map_parts(field_map).items():
-        if not any(name in present for name in names):
+        if not any(name in present or name in LOADER_KEYS for name in names):
             wanted = " or ".join(repr(name) for name in names)
             shown = sorted(present)[:MAX_PART_NAMES] + (["..."] if len(present) > MAX_PART_NAMES else [])
             problems.append(

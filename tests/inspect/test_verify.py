@@ -13,6 +13,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from prep.index import sqlite as index_sqlite
 from prep.index.columns import TextColumn
@@ -65,6 +66,16 @@ def test_a_dataset_config_in_a_sub_folder_of_nv_meta_is_found(base, tmp_path):
     assert "give it with --dataset-config configs/x.yaml" in problem.what, problem
     assert problem.fix.startswith("verify with --dataset-config configs/x.yaml")
     assert verify_dataset(dataset, dataset_config="configs/x.yaml").healthy
+
+
+def test_a_field_map_reading_the_sample_key_is_healthy(base, tmp_path):
+    """energon puts `__key__` (and `__shard__`) in every raw sample: a field read from it loads."""
+    dataset = writable_copy(prepared_dataset(base, "energon", field_map=True), tmp_path / "d")
+    config = dataset / ".nv-meta" / "dataset.yaml"
+    parsed = yaml.safe_load(config.read_text())
+    parsed["field_map"] = {name: "__key__" for name in parsed["field_map"]}
+    config.write_text(yaml.safe_dump(parsed))
+    assert verify_dataset(dataset).healthy, verify_dataset(dataset).problems
 
 
 def test_cli_exits_zero_and_says_healthy(base):
