@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import posixpath
 from typing import NamedTuple
 
 from prep.errors import PrepError
@@ -128,13 +129,13 @@ def check_dataset_yaml_name(name: str) -> None:
     Traceback (most recent call last):
     prep.errors.PrepError: --dataset-yaml-name 'split.yaml' names a file of the index itself (.nv-meta/split.yaml), which the dataset.yaml would replace. Give another name, e.g. dataset.yaml.
     """
-    parts = name.split("/")
-    if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+    inside = posixpath.normpath(name) if name else ""  # `./x.yaml` is x.yaml, as energon writes it
+    if inside in ("", ".") or name.startswith("/") or name.endswith("/") or inside.split("/")[0] == "..":
         raise PrepError(
-            f"--dataset-yaml-name {name!r} must be a file name inside {META_DIR} (a relative path without"
-            " empty, '.' or '..' parts), e.g. dataset.yaml or configs/captioning.yaml."
+            f"--dataset-yaml-name {name!r} must be a file name inside {META_DIR} (a relative path that"
+            " stays inside it), e.g. dataset.yaml or configs/captioning.yaml."
         )
-    if name in _INDEX_FILES:
+    if inside in _INDEX_FILES:
         raise PrepError(
             f"--dataset-yaml-name {name!r} names a file of the index itself ({META_DIR}/{name}), which the"
             " dataset.yaml would replace. Give another name, e.g. dataset.yaml."

@@ -1,6 +1,12 @@
-"""energon's sample types, as the wizard and dataset.yaml name them, match the installed energon."""
+"""energon's sample types, as the wizard and dataset.yaml name them, match the installed energon; the
+dataset.yaml's name is checked as energon writes it."""
 
 from __future__ import annotations
+
+import pytest
+
+from prep.errors import PrepError
+from prep.index.dataset_yaml import check_dataset_yaml_name
 
 
 def test_sample_type_table_matches_installed_energon() -> None:
@@ -16,3 +22,14 @@ def test_sample_type_table_matches_installed_energon() -> None:
     ]
     assert [name for name, _ in SAMPLE_TYPES] == [name for name, _ in energon_sample_types()]
     assert PROMPT_TYPES == energon_prompt_types()
+
+
+@pytest.mark.parametrize("name", ["./dataset.yaml", "configs//x.yaml", "configs/./x.yaml"])
+def test_a_dataset_yaml_name_energon_writes_inside_nv_meta_is_taken(name):
+    """energon writes `.nv-meta/./dataset.yaml` as dataset.yaml: only a name that leaves `.nv-meta`, or one
+    of the index's own files however written, is refused."""
+    check_dataset_yaml_name(name)
+    with pytest.raises(PrepError, match="names a file of the index itself"):
+        check_dataset_yaml_name("./split.yaml")
+    with pytest.raises(PrepError, match="must be a file name inside"):
+        check_dataset_yaml_name("configs/../../shard-000.tar")
