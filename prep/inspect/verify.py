@@ -544,7 +544,8 @@ def _module_problems(dataset: PreparedDataset, config: dict | None, config_name:
                     f"{META_DIR}/{config_name}",
                     f"its {key} is {value!r}, but {META_DIR}/{module} does not exist: energon cannot build"
                     " the dataset.",
-                    f"put {module} back in {META_DIR}/, or re-run prepare to write a new dataset.yaml",
+                    f"put {module} back in {META_DIR}/, or re-run prepare to write a new {config_name}"
+                    + (f" (--dataset-yaml-name {config_name})" if config_name != DATASET_YAML else ""),
                 )
             )
         elif key == "sample_loader" and _holds(path, TEMPLATE_FIELD):

@@ -620,6 +620,22 @@ def test_a_sample_loader_module_dataset_yaml_names_but_that_is_gone_is_a_problem
     ]
 
 
+def test_a_missing_module_of_a_config_of_another_name_is_fixed_by_writing_that_config(base, tmp_path):
+    dataset = damaged(base, tmp_path, "shardprep")
+    meta = dataset / ".nv-meta"
+    (meta / "dataset.yaml").unlink()
+    (meta / "text.yaml").write_text(
+        "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\n"
+        "sample_loader: loader.py:sample_loader\npart_filter: loader.py:part_filter\n"
+    )
+    problems = verify_dataset(dataset, dataset_config="text.yaml").problems
+    assert [p.where for p in problems] == [".nv-meta/text.yaml"] * 2, problems
+    assert problems[0].fix == (
+        "put loader.py back in .nv-meta/, or re-run prepare to write a new text.yaml (--dataset-yaml-name"
+        " text.yaml)"
+    )
+
+
 @pytest.mark.parametrize("preparer", PREPARERS)
 def test_the_sample_loader_template_prepare_writes_is_a_problem_until_edited(tmp_path, preparer):
     root = tmp_path / "d"
