@@ -98,7 +98,7 @@ def _named_by_address(text: str, mirror: Path, address: object) -> str:
 def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
     objects = {info.name: info for info in store.list()}
     meta_prefix = META_DIR + "/"
-    meta = [name for name in objects if name.startswith(meta_prefix) and "/" not in name[len(meta_prefix) :]]
+    meta = [name for name in objects if name.startswith(meta_prefix)]  # configs/x.yaml too
     if not meta and METADATASET_YAML in objects:  # a polylithic write's folder: name its datasets
         _download(store, root, METADATASET_YAML)
         raise metadataset_error(root, root / METADATASET_YAML, whole=False)

@@ -289,7 +289,11 @@ def prepare_remote(
             raise
         if shard_counts is not None:
             built = [tar_index_name(shard) for shard in shard_counts]
-            built += [f"{META_DIR}/{path.name}" for path in (root / META_DIR).iterdir() if path.is_file()]
+            built += [  # sub-folders too: --dataset-yaml-name configs/x.yaml
+                path.relative_to(root).as_posix()
+                for path in sorted((root / META_DIR).rglob("*"))
+                if path.is_file()
+            ]
             upload_dataset(store, root, built, source.early)
             source.checkpoint().remove()  # what an interrupted run kept is for an index now uploaded
             shutil.rmtree(source.resume_folder, ignore_errors=True)
@@ -297,16 +301,14 @@ def prepare_remote(
 
 
 def _copy_existing_meta(source: BucketShards, root: Path) -> None:
-    """The bucket's `.nv-meta` files (all but index.sqlite, which is rebuilt) into `root/.nv-meta`."""
+    """The bucket's `.nv-meta` files, in its sub-folders too (all but index.sqlite, which is rebuilt), into
+    `root/.nv-meta`."""
     prefix = META_DIR + "/"
-    names = [
-        info.name
-        for info in source.list_objects()
-        if info.name.startswith(prefix) and "/" not in info.name[len(prefix) :]
-    ]
+    names = [info.name for info in source.list_objects() if info.name.startswith(prefix)]
     names = [name for name in names if name != prefix + INDEX_SQLITE]
     if not names:
         return
     (root / META_DIR).mkdir()
     for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)  # a sub-folder: configs/x.yaml
         (root / name).write_bytes(source.store.get(name))

@@ -356,3 +356,20 @@ def test_a_shard_whose_index_file_name_cannot_be_local_is_refused_before_anythin
         and "Give the shard a shorter name" in result.stderr
     )
     assert s3.keys("long") == ["ds/" + "L" * 250 + ".tar", "ds/s-0.tar"]
+
+
+def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_goes_up_and_is_read_back(s3, tmp_path):
+    """`--dataset-yaml-name configs/x.yaml` writes into a sub-folder of `.nv-meta`: it is uploaded with the
+    rest (only the files at the top went up), and verify of the bucket dataset reads it."""
+    from prep.inspect.remote import verify_remote
+
+    write_tarfile(tmp_path / "src" / "a.tar", sample_members("a-", 3))
+    s3.make_bucket("configs")
+    s3.upload_folder(tmp_path / "src", "configs", "ds")
+    options = PrepareOptions(
+        split_ratio="1,0,0", sample_type="CrudeWebdataset", dataset_yaml_name="configs/x.yaml"
+    )
+    prepare_remote("s3://configs/ds", options)
+    assert "ds/.nv-meta/configs/x.yaml" in s3.keys("configs")
+    report = verify_remote("s3://configs/ds", dataset_config="configs/x.yaml", tmp_path=tmp_path / "scratch")
+    assert report.healthy, report.problems
