@@ -42,6 +42,13 @@ RESTORE = "restore the shard from its source (shardprep never modifies tars), th
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
 REGULAR_TYPEFLAGS = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
+#: The fix of a member that does not decode.
+FIX_SOURCE = "fix the source data and re-write the shard"
+#: ... in an auxiliary dataset, which energon reads by name: its split.yaml `exclude` drops nothing.
+FIX_AUX_SOURCE = (
+    f"{FIX_SOURCE} (energon reads an auxiliary dataset's members by name, so its split.yaml `exclude`"
+    " does not drop them)"
+)
 #: Part names listed when a field map names none of them.
 MAX_PART_NAMES = 12
 #: Headers gathered and checked at a time (bounds the copies: 16 MB of headers).
@@ -389,7 +396,7 @@ def _deep_check_shard(
         if problem is not None:
             checker.problem(
                 f"member {keys.get(index, '?')}.{name} at byte {offset:,} cannot be decoded as {name.rsplit('.', 1)[-1]} ({problem}).",
-                "fix the source data and re-write the shard, or drop the sample by adding `"
+                f"{FIX_SOURCE}, or drop the sample by adding `"
                 + f"{checker.shard}/{keys.get(index, '?')}` to `exclude` in split.yaml",
                 kind="undecodable members",
             )
@@ -742,7 +749,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
             f"move it back to {path}, or correct the path in {name} (relative paths start at its folder)",
         )
 
-    def add(path: Path, prefix: str, config: str = DATASET_YAML) -> None:
+    def add(path: Path, prefix: str, config: str = DATASET_YAML, *, aux: bool = False) -> None:
         if (path, config) in checked:
             return
         checked.add((path, config))
@@ -756,7 +763,13 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
         report.parts += part.parts
         for kind in ("problems", "warnings"):
             getattr(report, kind).extend(
-                Problem(f"{prefix}/{problem.where}", problem.what, problem.fix)
+                Problem(
+                    f"{prefix}/{problem.where}",
+                    problem.what,
+                    FIX_AUX_SOURCE
+                    if aux and problem.fix.startswith(f"{FIX_SOURCE}, or drop")
+                    else problem.fix,
+                )
                 for problem in getattr(part, kind)
             )
 
@@ -784,7 +797,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
                     )
                 report.problems.append(problem)
             elif not aux.folder:
-                add(aux.path, os.path.relpath(aux.path, metadataset.parent))
+                add(aux.path, os.path.relpath(aux.path, metadataset.parent), aux=True)
     return report
 
 

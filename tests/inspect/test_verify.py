@@ -545,6 +545,18 @@ def test_a_metadataset_is_verified_whole_and_a_moved_auxiliary_dataset_is_named(
     assert f"fix: move it back to {folder / 'media'}, or correct the path in" in result.stdout
 
 
+def test_an_undecodable_member_of_an_auxiliary_dataset_is_not_to_be_excluded_in_its_split_yaml(tmp_path):
+    """energon reads an auxiliary dataset's members by name: its split.yaml `exclude` drops nothing."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "tar")  # its media are not JPEGs: --deep cannot decode them
+    problems = verify_metadataset(folder / "metadataset.yaml", deep=True).problems
+    media = [problem for problem in problems if problem.where.startswith("media/")]
+    assert media and "cannot be decoded as jpg" in media[0].what, problems
+    assert all("exclude" not in problem.fix.split("(")[0] for problem in media), media
+    assert media[0].fix.startswith("fix the source data and re-write the shard (energon reads an auxiliary")
+
+
 def test_a_metadataset_whose_primary_dataset_is_damaged_names_the_shard_below_it(tmp_path):
     folder = polylithic(tmp_path / "poly", "folder")
     shard = sorted((folder / "primary").glob("*.tar"))[0]
