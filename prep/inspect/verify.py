@@ -629,10 +629,15 @@ def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
 
 
 def verify_dataset(
-    root: str | os.PathLike[str], *, deep: bool = False, dataset_config: str = DATASET_YAML
+    root: str | os.PathLike[str],
+    *,
+    deep: bool = False,
+    dataset_config: str = DATASET_YAML,
+    config_needed: bool = True,
 ) -> VerifyReport:
     """Check a prepared dataset, its dataset config being `.nv-meta/{dataset_config}`; the report lists
-    every problem found with its fix."""
+    every problem found with its fix. Without `config_needed` (a metadataset's auxiliary dataset, which
+    energon reads through index.sqlite alone) a missing dataset config is no problem."""
     dataset = PreparedDataset(root)
     report = VerifyReport(str(dataset.root), deep, dataset_config=dataset_config)
     root_text = str(dataset.root)
@@ -641,6 +646,8 @@ def verify_dataset(
             (dataset_config, "energon's loader needs it"),
             (INDEX_UUID, "energon's caches key on it"),
         ):
+            if name == dataset_config and not config_needed:
+                continue
             if not (dataset.meta / name).exists():
                 fix = REPREPARE.format(root=root_text)
                 others = dataset.other_dataset_configs(name) if name == dataset_config else []
@@ -754,7 +761,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
             return
         checked.add((path, config))
         try:
-            part = verify_dataset(path, deep=deep, dataset_config=config)
+            part = verify_dataset(path, deep=deep, dataset_config=config, config_needed=not aux)
         except PrepError as error:
             report.problems.append(Problem(prefix, str(error), REPREPARE.format(root=path)))
             return

@@ -557,6 +557,22 @@ def test_an_undecodable_member_of_an_auxiliary_dataset_is_not_to_be_excluded_in_
     assert media[0].fix.startswith("fix the source data and re-write the shard (energon reads an auxiliary")
 
 
+def test_an_auxiliary_dataset_prepared_without_dataset_yaml_is_healthy(tmp_path):
+    """energon reads an auxiliary dataset through its index.sqlite alone: `energon prepare
+    --skip-dataset-yaml` prepares one so, and the metadataset is healthy."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "tar")
+    (folder / "media" / ".nv-meta" / "dataset.yaml").unlink()
+    report = verify_metadataset(folder / "metadataset.yaml")
+    assert report.healthy, report.problems
+    (folder / "primary" / ".nv-meta" / "dataset.yaml").unlink()  # the primary dataset's is needed
+    problems = verify_metadataset(folder / "metadataset.yaml").problems
+    assert [(p.where, p.what.split(";")[0]) for p in problems] == [
+        ("primary/.nv-meta/dataset.yaml", "is missing")
+    ]
+
+
 def test_a_metadataset_whose_primary_dataset_is_damaged_names_the_shard_below_it(tmp_path):
     folder = polylithic(tmp_path / "poly", "folder")
     shard = sorted((folder / "primary").glob("*.tar"))[0]
