@@ -62,17 +62,24 @@ class PreparedDataset:
         self._fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
         self._nowait_reads = hasattr(os, "RWF_NOWAIT")
+        #: Each split file as read (`read_splits`), once: a long `exclude` list takes seconds to parse.
+        self._split_files: dict[str, tuple[dict[str, list[str]], list[str]]] = {}
 
     # -- metadata ---------------------------------------------------------------------------------
     def splits(self, split_file: str = SPLIT_YAML) -> dict[str, list[str]]:
         """Split name -> shard names, as energon resolves them from the split file."""
-        return read_splits(self.meta / split_file)[0]
+        return {split: list(shards) for split, shards in self._read_splits(split_file)[0].items()}
+
+    def _read_splits(self, split_file: str) -> tuple[dict[str, list[str]], list[str]]:
+        if split_file not in self._split_files:
+            self._split_files[split_file] = read_splits(self.meta / split_file)
+        return self._split_files[split_file]
 
     def excluded_samples(self, split_file: str = SPLIT_YAML) -> dict[int, set[str]]:
         """The samples the split file's `exclude` drops one by one (`SHARD/KEY`, as energon matches
         them), as keys by `tar_file_id`; excluded shards are left out of `splits` already."""
         excluded: dict[int, set[str]] = {}
-        for entry in read_splits(self.meta / split_file)[1]:
+        for entry in self._read_splits(split_file)[1]:
             slash = entry.find("/")
             while slash >= 0:  # a shard name may itself hold slashes: try each cut
                 tar_file_id = self._shard_ids.get(entry[:slash])

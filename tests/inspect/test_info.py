@@ -207,3 +207,18 @@ def test_shards_in_a_folder_that_cannot_be_searched_are_listed_not_a_traceback(t
         (root / "parts").chmod(0o755)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "missing or unreadable shard files: parts/a.tar (run `shardprep verify`)" in result.stdout
+
+
+def test_split_yaml_is_parsed_once_per_info(base, monkeypatch):
+    """Its `exclude` list may hold millions of samples: parsing it took seconds, and info parsed it for the
+    splits and again for the samples excluded one by one."""
+    from prep.index import dataset as dataset_module
+    from prep.index.dataset import PreparedDataset
+    from prep.inspect.info import dataset_info
+
+    parsed = []
+    read_splits = dataset_module.read_splits
+    monkeypatch.setattr(dataset_module, "read_splits", lambda path: parsed.append(path) or read_splits(path))
+    with PreparedDataset(prepared_dataset(base, "shardprep")) as dataset:
+        assert dataset_info(dataset).samples == 28
+    assert len(parsed) == 1
