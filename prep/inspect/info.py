@@ -103,13 +103,14 @@ def _file_size(path: os.PathLike[str]) -> int | None:
         return None
 
 
-def _part_columns(dataset: PreparedDataset) -> tuple[dict[str, np.ndarray], TextColumn]:
-    """Every part's shard (`tar`), sample index and size, with the part names."""
-    columns, names = dataset.index.columns(
-        "sample_parts",
-        {"tar": "tar_file_id", "index": "sample_index", "size": "content_byte_size"},
-        text="part_name",
-    )
+def _part_columns(
+    dataset: PreparedDataset, *, with_index: bool = False
+) -> tuple[dict[str, np.ndarray], TextColumn]:
+    """Every part's shard (`tar`) and size, with the part names; `with_index`: its sample index too."""
+    wanted = {"tar": "tar_file_id", "size": "content_byte_size"}
+    if with_index:
+        wanted["index"] = "sample_index"
+    columns, names = dataset.index.columns("sample_parts", wanted, text="part_name")
     assert names is not None
     return columns, names
 
@@ -139,16 +140,21 @@ def dataset_info(
     splits = dataset.splits()
     shard_bytes = {name: _file_size(dataset.shard_path(name)) for name in dataset.shards}
     index = dataset.index
-    columns = {"rowid": "rowid", "tar": "tar_file_id", "index": "sample_index", "size": "byte_size"}
-    samples, _ = index.columns("samples", columns)
-    sample_rowid, sample_tar, sample_size = samples["rowid"], samples["tar"], samples["size"]
-    parts, names = _part_columns(dataset)
-    part_tar, part_size = parts["tar"], parts["size"]
-    part_names, part_code = names.codes()
     # the samples split.yaml excludes one by one: energon's loader skips them, so their split does not count them
     dropped = _excluded_places(dataset)
-    sample_kept = ~np.isin(_places(sample_tar, samples["index"]), dropped)
-    part_kept = ~np.isin(_places(part_tar, parts["index"]), dropped)
+    columns = {"rowid": "rowid", "tar": "tar_file_id", "size": "byte_size"}
+    if dropped.size:  # the sample indexes are read only to find those (a tenth of the reading)
+        columns["index"] = "sample_index"
+    samples, _ = index.columns("samples", columns)
+    sample_rowid, sample_tar, sample_size = samples["rowid"], samples["tar"], samples["size"]
+    parts, names = _part_columns(dataset, with_index=bool(dropped.size))
+    part_tar, part_size = parts["tar"], parts["size"]
+    part_names, part_code = names.codes()
+    sample_kept = np.ones(len(sample_tar), dtype=bool)
+    part_kept = np.ones(len(part_tar), dtype=bool)
+    if dropped.size:
+        sample_kept = ~np.isin(_places(sample_tar, samples["index"]), dropped)
+        part_kept = ~np.isin(_places(part_tar, parts["index"]), dropped)
 
     split_stats = []
     for split, names in splits.items():
