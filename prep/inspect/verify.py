@@ -12,6 +12,7 @@ each member's content by its extension.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import mmap
@@ -605,9 +606,11 @@ def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str
 
 
 def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) -> Problem:
-    """A file of `.nv-meta` that cannot be used: made readable if it cannot be opened, else rebuilt."""
-    readable = unreadable_reason(dataset.meta / name) is None
-    fix = REPREPARE.format(root=dataset.root) if readable else READABLE
+    """A file of `.nv-meta` that cannot be used: made readable if it is there but cannot be opened, else
+    rebuilt (a missing one too)."""
+    reason = unreadable_reason(dataset.meta / name)
+    gone = reason in (os.strerror(errno.ENOENT), os.strerror(errno.ENOTDIR))
+    fix = REPREPARE.format(root=dataset.root) if reason is None or gone else READABLE
     return Problem(f"{META_DIR}/{name}", str(error), fix)
 
 

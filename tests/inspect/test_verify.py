@@ -78,6 +78,14 @@ def test_a_field_map_reading_the_sample_key_is_healthy(base, tmp_path):
     assert verify_dataset(dataset).healthy, verify_dataset(dataset).problems
 
 
+def test_a_missing_split_yaml_is_rebuilt_not_made_readable(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "energon"), tmp_path / "d")
+    (dataset / ".nv-meta" / "split.yaml").unlink()
+    [problem] = problems_of(dataset)
+    assert problem.where == ".nv-meta/split.yaml" and "No such file or directory" in problem.what
+    assert problem.fix == f"re-run `shardprep prepare {dataset}` to rebuild the index"
+
+
 def test_cli_exits_zero_and_says_healthy(base):
     result = run_shardprep("verify", str(prepared_dataset(base, "shardprep")))
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy")
