@@ -33,7 +33,7 @@ from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, 
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import read_splits, unreadable_reason
-from prep.index.metadataset import read_metadataset
+from prep.index.metadataset import metadataset_file, read_metadataset
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
 from prep.tar.scan import HeaderWalker, check_not_compressed, first_nonzero, repack_command
@@ -766,7 +766,14 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
         try:
             part = verify_dataset(path, deep=deep, dataset_config=config, config_needed=not aux)
         except PrepError as error:
-            report.problems.append(Problem(prefix, str(error), REPREPARE.format(root=path)))
+            fix = REPREPARE.format(root=path)
+            inner = metadataset_file(path)
+            if inner is not None:  # preparing it would index its datasets' shards again
+                fix = (
+                    f"name {inner} as the path instead: energon loads a metadataset from its YAML file, and"
+                    " takes its folder for no dataset"
+                )
+            report.problems.append(Problem(prefix, str(error), fix))
             return
         report.shards += part.shards
         report.samples += part.samples

@@ -581,6 +581,19 @@ def test_an_auxiliary_dataset_prepared_without_dataset_yaml_is_healthy(tmp_path)
     ]
 
 
+def test_a_metadataset_naming_a_metadataset_folder_is_told_to_name_its_yaml_not_to_prepare_it(tmp_path):
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    outer = tmp_path / "outer.yaml"
+    outer.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: poly\n"
+    )
+    [problem] = verify_metadataset(outer).problems
+    assert problem.where == "poly" and "is an energon metadataset" in problem.what
+    assert problem.fix.startswith(f"name {folder / 'metadataset.yaml'} as the path instead"), problem.fix
+
+
 def test_a_metadataset_whose_primary_dataset_is_damaged_names_the_shard_below_it(tmp_path):
     folder = polylithic(tmp_path / "poly", "folder")
     shard = sorted((folder / "primary").glob("*.tar"))[0]
