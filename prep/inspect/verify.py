@@ -653,6 +653,8 @@ def verify_dataset(
                 continue
             if not (dataset.meta / name).exists():
                 fix = REPREPARE.format(root=root_text)
+                if name == dataset_config != DATASET_YAML:  # prepare writes dataset.yaml unless told
+                    fix = REPREPARE.format(root=f"{root_text} --dataset-yaml-name {name}")
                 others = dataset.other_dataset_configs(name) if name == dataset_config else []
                 if others:
                     why += (

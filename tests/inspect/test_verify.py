@@ -86,6 +86,17 @@ def test_a_missing_split_yaml_is_rebuilt_not_made_readable(base, tmp_path):
     assert problem.fix == f"re-run `shardprep prepare {dataset}` to rebuild the index"
 
 
+def test_a_missing_dataset_config_of_another_name_is_rebuilt_under_that_name(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "energon"), tmp_path / "d")
+    (dataset / ".nv-meta" / "dataset.yaml").unlink()
+    [problem] = verify_dataset(dataset, dataset_config="text.yaml").problems
+    assert problem.where == ".nv-meta/text.yaml" and problem.what.startswith("is missing")
+    assert (
+        problem.fix
+        == f"re-run `shardprep prepare {dataset} --dataset-yaml-name text.yaml` to rebuild the index"
+    )
+
+
 def test_cli_exits_zero_and_says_healthy(base):
     result = run_shardprep("verify", str(prepared_dataset(base, "shardprep")))
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy")
