@@ -209,9 +209,13 @@ class StagedIndex:
         self.source: ShardSource | None = None
 
     def write_meta(self, name: str, text: str) -> None:
-        """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files."""
+        """Write `.nv-meta/NAME` into the staged index, with the permissions energon gives its files. A
+        symbolic link carried over from the previous index is replaced by the file, not written through:
+        its target is outside the staged index, and a run that fails must leave it as it was."""
         path = self.staging.meta_file(name)
         path.parent.mkdir(parents=True, exist_ok=True)  # a name may be in a sub-folder: configs/x.yaml
+        if path.is_symlink():
+            path.unlink()
         path.write_text(text)
         if self.file_mode is not None:
             os.chmod(path, self.file_mode)

@@ -157,6 +157,23 @@ def test_a_second_prepare_keeps_the_users_folders_and_links_in_nv_meta_as_energo
         assert os.readlink(meta / "linked.yaml") == "configs/deep/text.yaml"
 
 
+def test_a_prepare_writes_no_file_through_a_link_in_nv_meta(tmp_path: Path) -> None:
+    """A dataset.yaml linked to a file outside the dataset: the prepare that writes a new one replaces the
+    link in its staged index. Written through, the shared file changed before the run was done (and stayed
+    changed had the run failed); energon writes through it."""
+    dataset = tmp_path / "linked"
+    write_tarfile(dataset / "a.tar", sample_members("a-", 4))
+    run_shardprep("prepare", str(dataset), *FLAGS, "--crude", check=True)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("sample_type: {__module__: x, __class__: Shared}\n")
+    (dataset / ".nv-meta" / "dataset.yaml").unlink()
+    (dataset / ".nv-meta" / "dataset.yaml").symlink_to(shared)
+    run_shardprep("prepare", str(dataset), *FLAGS, "--crude", "--force-overwrite", check=True)
+    assert shared.read_text() == "sample_type: {__module__: x, __class__: Shared}\n"
+    written = dataset / ".nv-meta" / "dataset.yaml"
+    assert not written.is_symlink() and "CrudeWebdataset" in written.read_text()
+
+
 def test_tar_index_only_rebuilds_indexes_like_energon(tmp_path: Path) -> None:
     dataset = tmp_path / "reindex"
     for n in range(3):
