@@ -89,6 +89,10 @@ class PreparedDataset:
                 slash = entry.find("/", slash + 1)
         return excluded
 
+    def excluded_shards(self, split_file: str = SPLIT_YAML) -> set[str]:
+        """The shards the split file's `exclude` drops whole (they are in no split by the user's choice)."""
+        return {entry for entry in self._read_splits(split_file)[1] if entry in self._shard_ids}
+
     def split_shards(self, split: str | None) -> list[str]:
         """The shards of one split, or of the whole dataset when `split` is None."""
         if split is None:

@@ -194,6 +194,7 @@ def dataset_info(
         split_stats.append(stats)
 
     in_splits = {name for names in splits.values() for name in names}
+    placed = in_splits | dataset.excluded_shards()  # an excluded shard is in no split by the user's choice
     known_tar = sample_tar[(sample_tar >= 0) & (sample_tar < len(dataset.shards))]
     indexed = np.bincount(known_tar, minlength=len(dataset.shards)).tolist()
     disagree = [
@@ -211,7 +212,7 @@ def dataset_info(
         samples=sum(dataset.shard_counts.values()),
         bytes=sum(size or 0 for size in shard_bytes.values()),
         splits=split_stats,
-        unsplit_shards=[name for name in dataset.shards if name not in in_splits],
+        unsplit_shards=[name for name in dataset.shards if name not in placed],
         shard_bytes=shard_bytes,
         index_disagrees=disagree,
     )

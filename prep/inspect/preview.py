@@ -25,8 +25,10 @@ def default_split(dataset: PreparedDataset) -> str | None:
 
 
 def first_samples(dataset: PreparedDataset, split: str | None, count: int) -> Iterator[SampleRow]:
-    """The first `count` samples of a split in shard order (of all shards when `split` is None)."""
+    """The first `count` samples of a split in shard order, without those the split file excludes one by
+    one (of all shards, every sample, when `split` is None)."""
     remaining = count
+    excluded = dataset.excluded_samples() if split is not None else {}  # energon's loader skips them
     for shard in dataset.split_shards(split):
         if remaining <= 0:
             return
@@ -35,7 +37,10 @@ def first_samples(dataset: PreparedDataset, split: str | None, count: int) -> It
                 f"split {split!r} of {dataset.meta / SPLIT_YAML} names shard {shard!r}, which .info.json does"
                 f" not list. `shardprep verify {dataset.root}` names every such shard and what to do."
             )
+        skipped = excluded.get(dataset.tar_file_id(shard), set())
         for sample in dataset.index.samples_of_shard(dataset.tar_file_id(shard)):
+            if sample.key in skipped:
+                continue
             yield sample
             remaining -= 1
             if remaining <= 0:

@@ -242,3 +242,19 @@ def test_sample_indexes_are_read_only_when_split_yaml_excludes_samples(base, tmp
     with PreparedDataset(prepared_dataset(base, "shardprep")) as dataset:
         dataset_info(dataset)
     assert read and "sample_index" not in read
+
+
+def test_a_shard_split_yaml_excludes_is_not_said_to_be_in_no_split(base, tmp_path):
+    """The user's `exclude` put it in no split; "in no split" is for shards split.yaml forgot."""
+    from prep.index.dataset import PreparedDataset
+    from prep.inspect.info import dataset_info
+
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    splits = yaml.safe_load(split_yaml.read_text())
+    shard = json.loads((dataset / ".nv-meta" / ".info.json").read_text())["shard_counts"]
+    splits["exclude"] = [next(iter(shard))]
+    split_yaml.write_text(yaml.dump(splits))
+    with PreparedDataset(dataset) as prepared:
+        stats = dataset_info(prepared)
+    assert stats.unsplit_shards == [] and all(next(iter(shard)) not in s.split for s in stats.splits)

@@ -167,3 +167,23 @@ def test_a_long_name_a_pax_record_holds_beside_an_abbreviated_ustar_name_is_show
     assert result.returncode == 0 and "-- txt (5 bytes): hello" in result.stdout, (
         result.stdout + result.stderr
     )
+
+
+def test_a_sample_split_yaml_excludes_is_not_previewed_in_its_split(base, tmp_path):
+    """energon's loader skips it, as info leaves it out of the split's counts."""
+    import yaml
+
+    from prep.index.dataset import PreparedDataset
+    from prep.inspect.preview import first_samples
+
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    with PreparedDataset(dataset) as prepared:
+        shown = [sample.key for sample in first_samples(prepared, "train", 3)]
+        shard = prepared.shards[next(iter(first_samples(prepared, "train", 1))).tar_file_id]
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    splits = yaml.safe_load(split_yaml.read_text())
+    splits["exclude"] = [f"{shard}/{shown[1]}"]
+    split_yaml.write_text(yaml.dump(splits))
+    with PreparedDataset(dataset) as prepared:
+        assert [sample.key for sample in first_samples(prepared, "train", 2)] == [shown[0], shown[2]]
+        assert shown[1] in [sample.key for sample in first_samples(prepared, None, 100)]
