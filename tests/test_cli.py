@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.support.prepare import REPO
+from tests.support.prepare import REPO, run_shardprep
 
 
 def test_command_line_imports_neither_torch_nor_energon() -> None:
@@ -23,13 +23,7 @@ def test_command_line_imports_neither_torch_nor_energon() -> None:
 
 
 def test_help_lists_prepare() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "prep", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    result = run_shardprep("--help")
     assert result.returncode == 0 and "prepare" in result.stdout
 
 
@@ -98,38 +92,22 @@ def test_prepare_and_write_show_progress_on_a_terminal_unless_told_not_to(tmp_pa
     assert "Indexing 3/3 shards" in run_on_a_terminal(*prepare)
     quiet = run_on_a_terminal(*prepare, "--no-progress")
     assert "Indexing " not in quiet and "Done: indexed 3000 samples in 3 shards" in quiet
-    piped = subprocess.run(
-        [sys.executable, "-m", "prep", *prepare],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    piped = run_shardprep(*prepare, check=True)
     assert "Indexing " not in piped.stdout + piped.stderr  # not a terminal: no progress line
 
 
 def test_tmp_path_help_says_what_each_command_keeps_there() -> None:
     """info, verify and preview download a bucket dataset's index under --tmp-path; nothing is uploaded."""
     for command in ("info", "verify", "preview", "prepare", "write"):
-        result = subprocess.run(
-            [sys.executable, "-m", "prep", command, "--help"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            check=True,
-        )
+        result = run_shardprep(command, "--help", check=True)
         assert "info, verify and preview download the index there" in " ".join(result.stdout.split()), command
 
 
 def test_write_names_its_arguments_as_its_help_and_the_readme_do() -> None:
     """`shardprep write SOURCE... OUT_DIR`: the usage line and the missing-argument error say so."""
-    run = [sys.executable, "-m", "prep", "write"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    usage = subprocess.run([*run, "--help"], cwd=REPO, capture_output=True, text=True, env=env, check=True)
+    usage = run_shardprep("write", "--help", check=True)
     assert "Usage: shardprep write [OPTIONS] SOURCE... OUT_DIR" in usage.stdout
-    missing = subprocess.run(run, cwd=REPO, capture_output=True, text=True, env=env)
+    missing = run_shardprep("write")
     assert missing.returncode == 2 and "Missing argument 'SOURCE... OUT_DIR'" in missing.stderr
 
 
@@ -146,14 +124,7 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
 
 def test_write_help_says_what_goes_over_maxcount_and_maxsize() -> None:
     """A sample bigger than --maxsize, and a --group-contiguous group over either limit, get a shard each."""
-    result = subprocess.run(
-        [sys.executable, "-m", "prep", "write", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-    )
+    result = run_shardprep("write", "--help", check=True)
     text = " ".join(result.stdout.split())
     assert (
         "Samples per shard at most (but for a --group-contiguous group larger than this: a shard of its own)"
