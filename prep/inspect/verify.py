@@ -357,8 +357,10 @@ def _deep_check_shard(
     samples: dict,
     parts: dict,
     tar_file_id: int,
+    auxiliary: bool,
 ) -> None:
-    """Re-index the whole shard from its headers, compare with the index, and decode every member."""
+    """Re-index the whole shard from its headers, compare with the index, and decode every member (in an
+    `auxiliary` dataset of a metadataset, one that does not decode cannot be excluded by split.yaml)."""
     try:
         rows = shard_rows(str(dataset.shard_path(checker.shard)), checker.shard, tar_file_id)
     except PrepError as error:
@@ -395,10 +397,10 @@ def _deep_check_shard(
             continue  # already reported as outside the shard
         problem = content_problem(name, buffer[offset : offset + size].tobytes())
         if problem is not None:
+            drop = f"`{checker.shard}/{keys.get(index, '?')}` to `exclude` in split.yaml"
             checker.problem(
                 f"member {keys.get(index, '?')}.{name} at byte {offset:,} cannot be decoded as {name.rsplit('.', 1)[-1]} ({problem}).",
-                f"{FIX_SOURCE}, or drop the sample by adding `"
-                + f"{checker.shard}/{keys.get(index, '?')}` to `exclude` in split.yaml",
+                FIX_AUX_SOURCE if auxiliary else f"{FIX_SOURCE}, or drop the sample by adding {drop}",
                 kind="undecodable members",
             )
 
@@ -412,9 +414,10 @@ def _check_shard(
     deep: bool,
     *,
     indexed: bool = True,
+    auxiliary: bool = False,
 ) -> None:
     """Check one shard against its `.tar.idx` and, when `indexed` (index.sqlite could be read), against
-    its rows in index.sqlite."""
+    its rows in index.sqlite; `auxiliary`: the shard of a metadataset's auxiliary dataset."""
     shard = dataset.shards[tar_file_id]
     count = dataset.shard_counts[shard]
     checker = _ShardChecker(report, str(dataset.root), shard)
@@ -524,7 +527,7 @@ def _check_shard(
                 )
             _check_parts(checker, buffer, samples, parts, end, start_ok)
             if deep:
-                _deep_check_shard(checker, dataset, buffer, samples, parts, tar_file_id)
+                _deep_check_shard(checker, dataset, buffer, samples, parts, tar_file_id, auxiliary)
             del buffer
     finally:
         os.close(fd)
@@ -636,11 +639,12 @@ def verify_dataset(
     *,
     deep: bool = False,
     dataset_config: str = DATASET_YAML,
-    config_needed: bool = True,
+    auxiliary: bool = False,
 ) -> VerifyReport:
     """Check a prepared dataset, its dataset config being `.nv-meta/{dataset_config}`; the report lists
-    every problem found with its fix. Without `config_needed` (a metadataset's auxiliary dataset, which
-    energon reads through index.sqlite alone) a missing dataset config is no problem."""
+    every problem found with its fix. An `auxiliary` dataset of a metadataset, which energon reads by
+    member name through index.sqlite alone, needs no dataset config, and its split.yaml excludes
+    nothing from it."""
     dataset = PreparedDataset(root)
     report = VerifyReport(str(dataset.root), deep, dataset_config=dataset_config)
     root_text = str(dataset.root)
@@ -649,7 +653,7 @@ def verify_dataset(
             (dataset_config, "energon's loader needs it"),
             (INDEX_UUID, "energon's caches key on it"),
         ):
-            if name == dataset_config and not config_needed:
+            if name == dataset_config and auxiliary:
                 continue
             if not (dataset.meta / name).exists():
                 fix = REPREPARE.format(root=root_text)
@@ -740,6 +744,7 @@ def verify_dataset(
                 parts.get(tar_file_id),
                 deep,
                 indexed=sqlite_problem is None,
+                auxiliary=auxiliary,
             )
     finally:
         dataset.close()
@@ -766,7 +771,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
             return
         checked.add((path, config))
         try:
-            part = verify_dataset(path, deep=deep, dataset_config=config, config_needed=not aux)
+            part = verify_dataset(path, deep=deep, dataset_config=config, auxiliary=aux)
         except PrepError as error:
             fix = REPREPARE.format(root=path)
             inner = metadataset_file(path)
@@ -782,13 +787,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
         report.parts += part.parts
         for kind in ("problems", "warnings"):
             getattr(report, kind).extend(
-                Problem(
-                    f"{prefix}/{problem.where}",
-                    problem.what,
-                    FIX_AUX_SOURCE
-                    if aux and problem.fix.startswith(f"{FIX_SOURCE}, or drop")
-                    else problem.fix,
-                )
+                Problem(f"{prefix}/{problem.where}", problem.what, problem.fix)
                 for problem in getattr(part, kind)
             )
 
