@@ -13,6 +13,8 @@ import numpy as np
 
 from prep.tar.fields import BLOCK, CHECKSUM, MAGIC, NAME, PREFIX, SIZE, USTAR
 
+#: The byte after "ustar" in the magic: NUL (POSIX) or a space (GNU); both have the prefix field here.
+USTAR_ENDINGS = (0, 0x20)
 _OUTSIDE_CHECKSUM = np.r_[0 : CHECKSUM.start, CHECKSUM.stop : BLOCK]
 _CHECKSUM_AS_SPACES = 8 * 0x20
 #: How tar writers fill a numeric field of each width: that many octal digits, then a NUL.
@@ -116,8 +118,24 @@ def checksum_ok(header: bytes) -> bool:
     return bool(checksums_match(np.frombuffer(header, dtype=np.uint8).reshape(1, BLOCK))[0])
 
 
+def header_path(block: bytes) -> tuple[bytes, bool]:
+    """(the name a header's fields hold, whether it is a ustar header with a prefix field).
+
+    The name field ends at its first NUL; in a ustar header a non-empty prefix field goes in front,
+    joined by a slash (alone if the name field is empty).
+    """
+    name = block[NAME].split(b"\0", 1)[0]
+    magic = block[MAGIC]
+    if not (magic.startswith(USTAR) and magic[len(USTAR)] in USTAR_ENDINGS):
+        return name, False
+    prefix = block[PREFIX].split(b"\0", 1)[0]
+    if prefix and name:
+        return prefix + b"/" + name, True
+    return (prefix or name), True
+
+
 def header_member(header: bytes) -> tuple[bytes, int] | None:
-    """(name, size) that one 512-byte header gives its member, the ustar prefix joined to the name, or
+    """(name, size) that one 512-byte header gives its member (`header_path`), or
     None when the block is not a valid header (its checksum does not match, or its size is no number).
 
     Only the header's own fields: a PAX or GNU long name before it is not seen (its name field then
@@ -134,9 +152,7 @@ def header_member(header: bytes) -> tuple[bytes, int] | None:
         size = number(header[SIZE])
     except ValueError:
         return None
-    name = header[NAME].split(b"\0", 1)[0]
-    prefix = header[PREFIX].split(b"\0", 1)[0] if header[MAGIC].startswith(USTAR) else b""
-    return (prefix + b"/" + name if prefix else name), size
+    return header_path(header)[0], size
 
 
 def parse_pax(data: bytes) -> dict[str, str]:

@@ -49,7 +49,7 @@ from prep.tar.fields import (
     TYPEFLAG,
     USTAR,
 )
-from prep.tar.header import number, octal_fields, parse_pax, unsigned_checksums
+from prep.tar.header import USTAR_ENDINGS, header_path, number, octal_fields, parse_pax, unsigned_checksums
 from prep.tar.scan import HeaderWalker
 
 #: PAX keywords that name a member (or its link target): readers take them over the header's fields.
@@ -57,8 +57,6 @@ PAX_NAME_KEYWORDS = frozenset(
     ("path", "linkpath", "gnu.path", "gnu.linkpath", "SCHILY.path", "SCHILY.linkpath")
 )
 _NAME_WIDTH, _PREFIX_WIDTH = NAME.stop - NAME.start, PREFIX.stop - PREFIX.start
-#: The byte after "ustar" in the magic: NUL (POSIX) or a space (GNU); both have the prefix field here.
-_USTAR_ENDINGS = (0, 0x20)
 #: Where a PAX record may name the member (a quick look before the records are parsed).
 _PAX_NAME_RECORD = re.compile(rb"(?:^|[\n\0])\d+ (?:gnu\.|SCHILY\.)?(?:path|linkpath)=")
 _CANNOT_RENAME = "Re-pack the shard with short names (plain ustar headers), or leave out --fix-duplicates."
@@ -75,22 +73,6 @@ class ShardHeaders:
     blocks: np.ndarray
     given_names: dict[int, bytes]
     obstacle: ShardError | None
-
-
-def header_path(block: bytes) -> tuple[bytes, bool]:
-    """(the name a header's fields hold, whether it is a ustar header with a prefix field).
-
-    The name field ends at its first NUL; in a ustar header a non-empty prefix field goes in front,
-    joined by a slash (alone if the name field is empty).
-    """
-    name = block[NAME].split(b"\0", 1)[0]
-    magic = block[MAGIC]
-    if not (magic.startswith(USTAR) and magic[len(USTAR)] in _USTAR_ENDINGS):
-        return name, False
-    prefix = block[PREFIX].split(b"\0", 1)[0]
-    if prefix and name:
-        return prefix + b"/" + name, True
-    return (prefix or name), True
 
 
 def header_paths(blocks: np.ndarray) -> np.ndarray:
@@ -194,7 +176,7 @@ def _field_lengths(fields: np.ndarray) -> np.ndarray:
 
 def _is_ustar(blocks: np.ndarray) -> np.ndarray:
     """Whether each row's magic is "ustar" then NUL or a space (a column at a time: no 2-D reduction)."""
-    ustar = np.isin(blocks[:, MAGIC.start + len(USTAR)], _USTAR_ENDINGS)
+    ustar = np.isin(blocks[:, MAGIC.start + len(USTAR)], USTAR_ENDINGS)
     for position, byte in enumerate(USTAR, MAGIC.start):
         ustar &= blocks[:, position] == byte
     return ustar

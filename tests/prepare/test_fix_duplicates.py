@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from prep.prepare.fix_duplicates import FIX_FOLDER, JOURNAL_SUFFIX, PLAN, shard_prefix, write_journal
-from prep.tar.patch import header_path, prefixed_block, prefixed_blocks, renameable_headers, with_checksums
+from prep.tar.header import header_path
+from prep.tar.patch import prefixed_block, prefixed_blocks, renameable_headers, with_checksums
 from tests.support.prepare import (
     ENERGON,
     REPO,
