@@ -122,14 +122,15 @@ def _places(tar: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 def _excluded_places(dataset: PreparedDataset) -> np.ndarray:
     """The places (`_places`) of the samples the split file excludes one by one."""
-    found = []
+    tars, indexes = [], []
     for tar_file_id, keys in dataset.excluded_samples().items():
         for key in sorted(keys):
             place = dataset.index.sample_place(key)  # (rowid, tar_file_id)
             sample = dataset.index.sample_by_rowid(place[0]) if place and place[1] == tar_file_id else None
             if sample is not None:
-                found.append((tar_file_id << 32) | sample.index)
-    return np.array(found, dtype=np.int64)
+                tars.append(tar_file_id)
+                indexes.append(sample.index)
+    return _places(np.array(tars, dtype=np.int64), np.array(indexes, dtype=np.int64))
 
 
 def dataset_info(
