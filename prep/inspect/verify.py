@@ -123,7 +123,12 @@ class _ShardChecker:
             self.fixes[kind] = fix
             if self.counts[kind] > MAX_EXAMPLES:
                 return
-        self.report.problems.append(Problem(self.shard, what, fix.format(root=self.root)))
+        self.report.problems.append(Problem(self.shard, what, self._fix(fix)))
+
+    def _fix(self, fix: str) -> str:
+        """`fix` with the dataset's folder in place of `{root}` (REPREPARE's): only that, since a fix may
+        name a shard or a key, which may hold braces (`y{1..2}.tar`)."""
+        return fix.replace("{root}", self.root)
 
     def finish(self) -> None:
         for kind, count in self.counts.items():
@@ -132,7 +137,7 @@ class _ShardChecker:
                     Problem(
                         self.shard,
                         f"... and {count - MAX_EXAMPLES} more {kind}",
-                        self.fixes[kind].format(root=self.root),
+                        self._fix(self.fixes[kind]),
                     )
                 )
 
@@ -231,7 +236,7 @@ def _unindexed_data(checker: _ShardChecker, at: int, end: int) -> None:
             "if the new data belongs in the dataset, " + REPREPARE + "; otherwise " + RESTORE,
         )
         return
-    repack = repack_command(os.path.join(checker.root, checker.shard)).replace("{", "{{").replace("}", "}}")
+    repack = repack_command(os.path.join(checker.root, checker.shard))
     checker.problem(
         f"holds data at byte {at:,}, after its end-of-archive marker at byte {end:,}, which the index does"
         " not cover and no reader sees (energon, shardprep and GNU tar without -i stop at the marker). Either"

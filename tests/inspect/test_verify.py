@@ -771,3 +771,16 @@ def test_a_metadataset_reference_with_its_own_dataset_config_is_verified_with_it
     )
     result = run_shardprep("verify", str(folder))
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy"), result.stdout
+
+
+def test_an_undecodable_member_of_a_shard_named_with_braces_is_named_with_its_fix(tmp_path):
+    """The fix names the shard and key to exclude; braces in them (a shard may be named `y{1..2}.tar`) were
+    read as placeholders of the fix text, and verify --deep ended in a traceback."""
+    root = tmp_path / "d"
+    members = sample_members("k{1}-", 4)
+    members[0] = ("k{1}-00000.json", b"{not json")
+    write_tarfile(root / "y{1..2}.tar", members)
+    prepare_dataset(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    report = verify_dataset(root, deep=True)
+    (problem,) = [problem for problem in report.problems if "cannot be decoded" in problem.what]
+    assert problem.fix.endswith("`y{1..2}.tar/k{1}-00000` to `exclude` in split.yaml"), problem.fix
