@@ -38,6 +38,31 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+def fitted_name(name: str, room: int = NAME_MAX) -> str:
+    """`name`, or where it has more than `room` bytes, its start, `~` and a digest of the whole, `room` bytes
+    in all: the one way a name too long for a file is cut to fit.
+
+    >>> fitted_name("a.tar.idx"), len(os.fsencode(fitted_name("é" * 130))), fitted_name("é" * 130)[-13:]
+    ('a.tar.idx', 255, '~07f0a36cf979')
+    """
+    encoded = os.fsencode(name)
+    if len(encoded) <= room:
+        return name
+    digest = "~" + hashlib.sha1(encoded).hexdigest()[:12]
+    return os.fsdecode(encoded[: room - len(digest)] + digest.encode())
+
+
+def local_path(name: str) -> str:
+    """Where a file of the dataset named `name` (a relative path) is built or read in a local folder: the
+    same path, each part longer than a file name may be cut by `fitted_name`. A bucket's keys have parts of
+    any length, and a prepare of a bucket dataset builds its index locally first.
+
+    >>> local_path("a/b.tar.idx") == "a/b.tar.idx", local_path("x" * 300 + "/b.tar.idx")[240:]
+    (True, 'xx~02fd68253071/b.tar.idx')
+    """
+    return "/".join(fitted_name(part) for part in name.split("/"))
+
+
 def _rename_exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically with renameat2(RENAME_EXCHANGE); False where unsupported."""
     try:
@@ -84,8 +109,8 @@ class Staging:
                         shutil.copy2(entry, target, follow_symlinks=False)
 
     def _staged_name(self, final: Path, tag: str = "tmp") -> Path:
-        """`final`'s staged name: `NAME.shardprep-TOKEN.tmp`, or where that would be too long a name (a
-        shard's name can take all of NAME_MAX), the start of NAME and a digest of the rest.
+        """`final`'s staged name: `NAME.shardprep-TOKEN.tmp`, with NAME cut to fit (`fitted_name`: a
+        shard's name can take all of NAME_MAX).
 
         >>> staging = Staging.__new__(Staging); staging.token = "0" * 12
         >>> staging._staged_name(Path("a.tar.idx")).name
@@ -95,11 +120,7 @@ class Staging:
         (255, 'xxx', '~a336c432bc6a.shardprep-000000000000.tmp')
         """
         suffix = f".shardprep-{self.token}.{tag}"
-        name = os.fsencode(final.name)
-        if len(name) + len(suffix) > NAME_MAX:
-            digest = "~" + hashlib.sha1(name).hexdigest()[:12]
-            name = name[: NAME_MAX - len(suffix) - len(digest)] + digest.encode()
-        return final.with_name(os.fsdecode(name) + suffix)
+        return final.with_name(fitted_name(final.name, NAME_MAX - len(suffix)) + suffix)
 
     def temp_path(self, final: Path) -> Path:
         """Where to write `final` (a file or a folder) during the run; it is moved there at commit.
@@ -118,9 +139,11 @@ class Staging:
         folder.mkdir(parents=True, exist_ok=True)
         self._created += reversed(missing)
 
-    def tar_index_file(self, shard: str) -> Path:
-        """Where to write a shard's `.tar.idx` during the run (beside the shard)."""
-        return self.temp_path(self.root / tar_index_name(shard))
+    def tar_index_file(self, shard: str, *, fitted: bool = False) -> Path:
+        """Where to write a shard's `.tar.idx` during the run: beside the shard, or with `fitted` (an index
+        built for a bucket) at its `local_path`."""
+        name = tar_index_name(shard)
+        return self.temp_path(self.root / (local_path(name) if fitted else name))
 
     def meta_file(self, name: str) -> Path:
         """Where to write `.nv-meta/NAME` during the run."""

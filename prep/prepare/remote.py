@@ -15,7 +15,8 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    GIL, so shards go in batches to `--num-workers` processes (`prep.processes.ordered_map`), each
    scanning its batch in a few threads with a client of its own; a small run, or one worker, stays in
    this process's threads;
-3. the index built and committed in the local folder, exactly as a local prepare builds it;
+3. the index built and committed in the local folder, exactly as a local prepare builds it (a file whose
+   name has a part too long for a local file at its `local_path`);
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
@@ -44,6 +45,7 @@ from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_
 from prep.index.group import walked_rows
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
+from prep.index.staging import local_path
 from prep.prepare.resume import FORMAT, ShardCheckpoint
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
 from prep.processes import ordered_map
@@ -188,7 +190,7 @@ class BucketShards:
         links = {}
         try:
             for name, staged in tar_indexes.items():
-                links[name] = self.early_folder / name
+                links[name] = self.early_folder / local_path(name)
                 links[name].parent.mkdir(parents=True, exist_ok=True)
                 os.link(staged, links[name])
         except OSError:

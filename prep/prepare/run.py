@@ -552,19 +552,21 @@ def stage_index(
 
 
 def _check_index_files(root: Path, shards: list[str], source: ShardSource | None) -> None:
-    """A PrepError for shards whose `.tar.idx` cannot be written: its name would be longer than a file
-    name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four), another shard's index
-    has it (`a.tar` and `a.tgz`), or a folder has it."""
+    """A PrepError for shards whose `.tar.idx` cannot be written: in a local dataset, its name would be
+    longer than a file name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four; a
+    bucket's is built under its `local_path` and goes up under its own name, as energon writes it there);
+    another shard's index has it (`a.tar` and `a.tgz`), or a folder has it."""
     too_long = [
-        shard for shard in shards if len(os.fsencode(PurePosixPath(tar_index_name(shard)).name)) > NAME_MAX
+        shard
+        for shard in shards
+        if source is None and len(os.fsencode(PurePosixPath(tar_index_name(shard)).name)) > NAME_MAX
     ]
     if too_long:
-        where = " in the local folder the index is built in (--tmp-path)" if source is not None else ""
         others = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
         raise PrepError(
             f"{too_long[0]}{others}: the name of its index file, {PurePosixPath(too_long[0]).name}.idx, would"
-            f" be longer than the {NAME_MAX} bytes a file name may have, so it cannot be written{where}. Give"
-            " the shard a shorter name."
+            f" be longer than the {NAME_MAX} bytes a file name may have, so it cannot be written. Give the"
+            " shard a shorter name."
         )
     first_with: dict[str, str] = {}
     for shard in shards:
@@ -597,7 +599,7 @@ def _insert_rows(
     """Scan every shard in the workers and insert its rows as it comes back, in shard order; every bad
     shard is reported, in one error."""
     root, shards, staging = staged.root, staged.shards, staged.staging
-    tar_indexes = [staging.tar_index_file(shard) for shard in shards]
+    tar_indexes = [staging.tar_index_file(shard, fitted=staged.source is not None) for shard in shards]
     tasks = [
         (str(root), shard, i, str(path))
         for i, (shard, path) in enumerate(zip(shards, tar_indexes, strict=True))

@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, METADATASET_YAML
+from prep.index.staging import local_path
 from prep.storage.store import ObjectStore, StorageError
 
 #: Files uploaded at once.
@@ -142,7 +143,8 @@ def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[s
 def upload_dataset(
     store: ObjectStore, root: Path, names: list[str], early: EarlyUpload | None = None
 ) -> None:
-    """Upload the files `names` (relative to `root`) to the same names below the store's address: the old
+    """Upload the files `names` (relative to `root`, at their `local_path`) to the same names below the
+    store's address: the old
     markers it replaces deleted first, then `upload_order`; big files in parts. Those `early` is uploading
     go on meanwhile and are waited for before the markers. An error says what a reader now sees."""
     try:
@@ -177,7 +179,7 @@ def _upload_batch(store: ObjectStore, root: Path, batch: list[str]) -> None:
     stop = threading.Event()
     pool = ThreadPoolExecutor(min(UPLOAD_THREADS, len(batch)), "shardprep-upload")
     try:
-        for done in [pool.submit(store.upload_file, name, root / name, stop) for name in batch]:
+        for done in [pool.submit(store.upload_file, name, root / local_path(name), stop) for name in batch]:
             done.result()
     finally:
         stop.set()  # everything is up by now, unless the run is failing

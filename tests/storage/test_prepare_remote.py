@@ -11,9 +11,10 @@ import tarfile
 import pytest
 
 from prep.errors import PrepError
+from prep.index.format import META_DIR, tar_index_name
 from prep.prepare import remote
 from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
-from prep.prepare.run import PrepareOptions, Unattended
+from prep.prepare.run import PrepareOptions, Unattended, prepare_dataset
 from prep.storage.address import parse_address
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
@@ -340,22 +341,30 @@ def test_a_tmp_path_that_cannot_be_made_is_named(s3, tmp_path):
     assert f"Cannot make a working folder in {tmp_path / 'file' / 'tmp'} (Not a directory)" in result.stderr
 
 
-def test_a_shard_whose_index_file_name_cannot_be_local_is_refused_before_anything_is_written(s3, tmp_path):
-    """S3 keys have no limit on a path part's length; the `.tar.idx` is built in a local folder first."""
+def test_a_shard_whose_index_file_name_is_too_long_for_a_local_file_gets_its_index_beside_it(s3, tmp_path):
+    """S3 keys have no limit on a path part's length, and energon writes each `.tar.idx` straight to the
+    bucket: the index, built in a local folder under names cut to fit, goes up under the keys energon uses."""
     source = tmp_path / "src"
-    write_tarfile(source / "s-0.tar", sample_members("s0-", 5))
+    keys = {  # local name: bucket key
+        "a.tar": "a.tar",
+        "b.tar": "L" * 250 + ".tar",  # its index file's name: 258 bytes
+        "c.tar": "x" + "é" * 150 + "/c.tar",  # in a folder of 301 bytes, cut inside a character
+    }
     s3.make_bucket("long")
-    s3.upload_folder(source, "long", "ds")
-    s3.client().put_object(
-        Bucket="long", Key="ds/" + "L" * 250 + ".tar", Body=(source / "s-0.tar").read_bytes()
+    for name, key in keys.items():
+        write_tarfile(source / name, sample_members(name[0], 5))
+        s3.client().put_object(Bucket="long", Key=f"ds/{key}", Body=(source / name).read_bytes())
+    counts = prepare_remote(
+        "s3://long/ds", PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset")
     )
-    result = run_shardprep("prepare", "s3://long/ds", *FLAGS)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert (
-        "longer than the 255 bytes a file name may have" in result.stderr
-        and "Give the shard a shorter name" in result.stderr
-    )
-    assert s3.keys("long") == ["ds/" + "L" * 250 + ".tar", "ds/s-0.tar"]
+    assert counts == dict.fromkeys(keys.values(), 5)
+    meta = [".info.json", "dataset.yaml", "index.sqlite", "index.uuid", "split.yaml"]
+    names = [*keys.values(), *map(tar_index_name, keys.values()), *(f"{META_DIR}/{name}" for name in meta)]
+    assert s3.keys("long") == sorted(f"ds/{name}" for name in names)
+    prepare_dataset(source, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    for name, key in keys.items():
+        uploaded = s3.client().get_object(Bucket="long", Key=f"ds/{tar_index_name(key)}")["Body"].read()
+        assert uploaded == (source / tar_index_name(name)).read_bytes()
 
 
 def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_goes_up_and_is_read_back(s3, tmp_path):
