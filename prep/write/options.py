@@ -31,7 +31,7 @@ from prep.index.splits import parse_split_ratio
 from prep.media.filter import MediaFilter, media_filter_from_options
 from prep.processes import worker_count
 from prep.write.keys import path_problem
-from prep.write.shards import ShardLimits
+from prep.write.shards import ShardLimits, shard_name
 
 ON_ERROR = ("stop", "skip")
 #: Where `--media-column` media go: files in a folder, or an indexed WebDataset.
@@ -109,6 +109,7 @@ class WriteOptions:
             raise PrepError(
                 f"--shard-pattern {self.shard_pattern!r} must end in .tar (energon finds shards by suffix)."
             )
+        shard_name(self.shard_pattern, 0)  # a name too long already; later shards' are checked as made
         if self.group_contiguous and self.group_by is None:
             raise PrepError("--group-contiguous needs --group-by COLUMN.")
         worker_count(self.num_workers, 1)

@@ -23,7 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prep.errors import PrepError
+from prep.index.format import tar_index_name
 from prep.index.rows import ShardRows
+from prep.index.staging import NAME_MAX
 from prep.tar.fields import BLOCK, END_OF_ARCHIVE, ZERO_BLOCK, member_bytes
 from prep.tar.write import HeaderMaker, header_bytes
 
@@ -162,6 +165,32 @@ def _in_place(final: Path) -> Path:
     return final
 
 
+def shard_name(pattern: str, number: int) -> str:
+    """`pattern % number`, the name of shard `number` below its folder; a PrepError if it, or its
+    `.tar.idx`, would have a part longer than a file name may be. A pattern's one number changes nothing
+    but the name's length from one shard to the next, so each name is checked as it is made (what else
+    makes a bad name, `path_problem`, is seen in shard 0's: `WriteOptions`).
+
+    >>> shard_name("s-%06d.tar", 7)
+    's-000007.tar'
+    >>> shard_name("x" * 245 + "-%d.tar", 10)
+    Traceback (most recent call last):
+    prep.errors.PrepError: --shard-pattern 'xx...x-%d.tar' names shard 10 xx...x-10.tar, but its index file's name, xx...x-10.tar.idx, would be 256 bytes, more than the 255 a file name may have. Give a pattern with a shorter name, such as shard-%06d.tar.
+    """
+    name = pattern % number
+    parts = tar_index_name(name).split("/")
+    for at, part in enumerate(parts):
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            what = "its index file's name" if at == len(parts) - 1 else "a folder's name"
+            raise PrepError(
+                f"--shard-pattern {pattern!r} names shard {number} {name}, but {what}, {part}, would be"
+                f" {size} bytes, more than the {NAME_MAX} a file name may have. Give a pattern with a shorter"
+                " name, such as shard-%06d.tar."
+            )
+    return name
+
+
 class ShardWriter:
     """Writes samples into a sequence of shards `folder/pattern % n`, rolling over by `limits`.
 
@@ -194,7 +223,7 @@ class ShardWriter:
 
     def next_shard(self) -> tuple[str, Path]:
         """The next shard in the sequence: its name under the dataset root and its final path."""
-        name = self.pattern % self.number
+        name = shard_name(self.pattern, self.number)
         self.number += 1
         return self.prefix + name, self.folder / name
 

@@ -240,6 +240,23 @@ def test_shard_pattern_that_leaves_out_dir_is_refused(tmp_path: Path, pattern: s
     assert (tmp_path / "out" / "shards" / "s-000000.tar").is_file()
 
 
+def test_shard_pattern_whose_name_grows_too_long_at_a_later_shard_stops_with_the_old_output_untouched(
+    tmp_path: Path,
+) -> None:
+    """What a number conversion changes from one shard to the next is the name's length: each name is
+    checked as its shard is begun, before the run commits anything."""
+    out = tmp_path / "out"
+    write_dataset([{"txt": "old"}], out)
+    before = snapshot(out)
+    pattern = "x" * 245 + "-%d.tar"  # shard 9's .tar.idx takes 255 bytes, shard 10's would take 256
+    rows = [{"txt": str(i)} for i in range(11)]
+    with pytest.raises(PrepError) as refused:
+        write_dataset(rows, out, shard_pattern=pattern, maxcount=1, overwrite=True)
+    assert str(refused.value).startswith(f"--shard-pattern {pattern!r} names shard 10 {'x' * 245}-10.tar,")
+    assert "would be 256 bytes, more than the 255 a file name may have" in str(refused.value)
+    assert snapshot(out) == before
+
+
 def test_overwrite_never_deletes_a_source_inside_out_dir(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
