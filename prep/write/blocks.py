@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 from prep.errors import PrepError
 from prep.write.sources import Record, Reject, Source, text_start
-from prep.write.sources.csv import CsvSource, check_header, csv_reader
+from prep.write.sources.csv import CsvSource, check_header, csv_reader, text_lines
 from prep.write.sources.jsonl import JsonlSource, parse_lines
 from prep.write.sources.parquet import ParquetSource
 
@@ -40,8 +39,6 @@ CHUNK_BYTES = 1 << 20
 #: How far a CSV block is read past its end to see its last record end: a record running further than
 #: this past a cut is not at a record boundary anyway, and the block is joined with the next.
 CSV_SLACK = 1 << 20
-#: A lone carriage return ends a line where a text file opened with newline="" ends it (as the CSV source does).
-_LONE_CR = re.compile(r"(?<=\r)(?!\n)")
 
 
 @dataclass(frozen=True)
@@ -148,39 +145,13 @@ def _cuts(path: Path, start: int, block_bytes: int, *, quoted: bool) -> list[tup
     return ranges
 
 
-def _text_lines(file: Any, start: int, limit: int, name: str, at: list[int]) -> Iterator[str]:
-    """The text lines of a UTF-8 file from byte `start` to `limit`, split as a file opened with
-    newline="" splits them (at \\n, \\r\\n and a lone \\r); `at[0]` is the byte offset of what has been
-    handed out so far. Bad UTF-8 is a PrepError naming the byte offset."""
-    file.seek(start)
-    at[0] = start
-    for raw in file:
-        if at[0] >= limit:
-            return
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise PrepError(
-                f"{name}: not UTF-8 text ({error.reason} at byte {at[0] + error.start})."
-            ) from None
-        cr = text.find("\r")
-        if cr < 0 or (cr == len(text) - 2 and text.endswith("\r\n")):  # no CR but the line end's
-            at[0] += len(raw)
-            yield text
-            continue
-        for piece in _LONE_CR.split(text):
-            if piece:
-                at[0] += len(piece.encode("utf-8"))
-                yield piece
-
-
 def _csv_blocks(source: CsvSource, block_bytes: int) -> list[Block]:
     """The header (read here), then blocks of the rest of the file, cut at even-quote newlines."""
     path = os.path.abspath(source.path)
     at = [0]
     with open(source.path, "rb") as file:
         reader = csv_reader(
-            _text_lines(file, text_start(source.path), 1 << 62, source.name, at), source.delimiter
+            text_lines(file, text_start(source.path), 1 << 62, source.name, at), source.delimiter
         )
         header = next(reader, None)
         header_lines = reader.line_num
@@ -253,7 +224,7 @@ def _records(block: Block, source: Any) -> Iterator[Record | Reject]:
             yield from parse_lines(_lines_until(file, block.end), block.name, block.lines_before + 1, base)
             return
         at = [0]
-        reader = csv_reader(_text_lines(file, block.start, block.end, block.name, at), block.delimiter)
+        reader = csv_reader(text_lines(file, block.start, block.end, block.name, at), block.delimiter)
         yield from source.rows(reader, list(block.header), block.lines_before)
 
 
@@ -272,7 +243,7 @@ def count_block(block: Block) -> BlockCount:
             return BlockCount(records, lines)
         at = [0]
         limit = min(block.end + CSV_SLACK, os.path.getsize(block.path))
-        reader = csv_reader(_text_lines(file, block.start, limit, block.name, at), block.delimiter)
+        reader = csv_reader(text_lines(file, block.start, limit, block.name, at), block.delimiter)
         records = 0  # as `CsvSource.rows` counts them: rows but blank ones, and unreadable ones
         while at[0] < block.end:
             try:

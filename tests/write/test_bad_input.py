@@ -389,6 +389,30 @@ def test_a_csv_field_past_the_csv_modules_default_limit_is_written(tmp_path: Pat
     assert load_parts(tmp_path / "out")["b"] == {"txt": b"x" * 200_000}
 
 
+def test_a_bad_csv_row_before_a_byte_that_is_not_utf8_is_named_first_in_one_pass_as_in_blocks(
+    tmp_path: Path,
+) -> None:
+    """A one-pass read decodes the file ahead of its CSV reader: the bad row on line 4 is still the
+    problem named, before the bad byte 2 KB further on, as the blockwise read (`resume`) names it; with
+    --on-error skip, the byte is named next."""
+    path = tmp_path / "rows.csv"
+    lines = ["id,text", *(f"{i},hello {i}" for i in range(200))]
+    lines[3] = "2,a row,with three fields"
+    data = ("\n".join(lines) + "\n").encode() + b"200,caf\xff\n"
+    path.write_bytes(data)
+    messages = []
+    for resume in (False, True):
+        with pytest.raises(BadInputError) as stopped:
+            write_dataset(open_sources([path]), tmp_path / f"out-{resume}", resume=resume)
+        messages.append(str(stopped.value))
+    assert messages[0] == messages[1] and f"{path}:4: the row has 3 fields" in messages[0], messages
+    assert not (tmp_path / "out-False").exists()
+    utf8 = f"{path}: not UTF-8 text (invalid start byte at byte {len(data) - 2})."
+    with pytest.raises(PrepError, match=re.escape(utf8)):
+        write_dataset(open_sources([path]), tmp_path / "skipped", on_error="skip")
+    assert not (tmp_path / "skipped").exists()
+
+
 def test_parallel_text_that_is_not_utf8_is_named_by_file_line_and_byte(tmp_path: Path) -> None:
     (tmp_path / "src.txt").write_bytes(b"a\nb\nc\n")
     (tmp_path / "tgt.txt").write_bytes(b"x\ny\nz \xe9t\xe9\n")
