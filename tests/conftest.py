@@ -1,5 +1,6 @@
-"""The whole run's promise: it leaves no FUSE mount and no process of its own behind. And the Ctrl-C the
-tests send their children reaches them as a terminal's would, however the run was started."""
+"""The whole run's promise: it leaves no FUSE mount and no process of its own behind, also when it is
+stopped by Ctrl-C or SIGTERM (`tests.support.sigterm`). And the Ctrl-C the tests send their children
+reaches them as a terminal's would, however the run was started."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.support import ceph
 from tests.support.leftovers import mounts_under, processes_mentioning, unmount_quietly
+from tests.support.sigterm import sigterm_unwinds  # noqa: F401 - a session fixture of every run
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,7 +50,7 @@ CEPH_TESTS = "tests/storage/test_ceph.py"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def early_ceph(request, tmp_path_factory, nothing_left_behind):
+def early_ceph(request, tmp_path_factory, nothing_left_behind, sigterm_unwinds):  # noqa: F811 - the import
     """Ceph's gateway, started in the background as the run begins when the run holds `CEPH_TESTS` and
     the daemons are installed (None otherwise): its start, mostly waiting on its daemons, passes beside
     the tests before those. Stopped by them, or at the end of the run at the latest (before the check

@@ -239,21 +239,26 @@ class StartingCeph:
     def __init__(self, folder: Path) -> None:
         self._server = CephS3Server(folder)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._start, name="ceph-start", daemon=True)
-        self._thread.start()
+        #: Set once the start has ended, either way. Waited on rather than the thread: a `join` that a
+        #: Ctrl-C (or SIGTERM, `tests.support.sigterm`) interrupts can return at once when called again,
+        #: and `stop` then left the start's last steps running past the run's end.
+        self._ended = threading.Event()
+        threading.Thread(target=self._start, name="ceph-start", daemon=True).start()
 
     def _start(self) -> None:
         try:
             self._server.start()
         except BaseException as error:  # noqa: BLE001 - raised again in the test that needs the server
             self._error = error
+        finally:
+            self._ended.set()
 
     def server(self) -> CephS3Server:
-        self._thread.join()
+        self._ended.wait()
         if self._error is not None:
             raise self._error
         return self._server
 
     def stop(self) -> None:
-        self._thread.join()
+        self._ended.wait()
         self._server.stop()
