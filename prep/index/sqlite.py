@@ -484,6 +484,30 @@ class IndexReader:
         a part name a sample holds more than once, only its last member (the one energon loads)."""
         return self._db().execute(self._part_files_page, (after_rowid, limit)).fetchall()
 
+    def parts_named(self, part_name: str) -> Iterator[tuple[str, PartLocation]]:
+        """(sample key, location) of every part called `part_name`, shard by shard in tar order."""
+        cursor = self._db().execute(
+            "SELECT s.sample_key, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
+            " FROM sample_parts sp"
+            " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
+            f" WHERE sp.part_name = ?{self._in_shards('sp.')} ORDER BY sp.tar_file_id, sp.content_byte_offset",
+            (part_name,),
+        )
+        try:
+            for key, tar_file_id, offset, size in cursor:
+                yield key, PartLocation(tar_file_id, offset, size)
+        finally:
+            cursor.close()
+
+    def entry_names(self) -> set[str]:
+        """Every part's name as energon looks an auxiliary dataset's file up: `KEY.PART`."""
+        query = (
+            "SELECT s.sample_key || '.' || sp.part_name FROM sample_parts sp"
+            " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
+            f" WHERE 1{self._in_shards('sp.')}"
+        )
+        return {name for (name,) in self._db().execute(query)}
+
     def part_usage(self) -> tuple[int, int]:
         """(total bytes, count) of the parts `part_files_page` lists."""
         query = "SELECT COALESCE(SUM(sp.content_byte_size), 0), COUNT(*) FROM sample_parts sp WHERE 1"

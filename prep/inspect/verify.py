@@ -17,6 +17,7 @@ import itertools
 import json
 import mmap
 import os
+import sqlite3
 import stat
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -29,11 +30,12 @@ from prep.errors import PrepError, ShardError
 from prep.index.columns import TextColumn, segment_gather
 from prep.index.dataset import PreparedDataset
 from prep.index.dataset_yaml import TEMPLATE_FIELD, field_map_parts
-from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
+from prep.index.format import AUX_NAME, AUX_PART, DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import read_splits, unreadable_reason
-from prep.index.metadataset import metadataset_file, read_metadataset
+from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
+from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
 from prep.tar.scan import HeaderWalker, check_not_compressed, first_nonzero, repack_command
@@ -757,12 +759,14 @@ def verify_dataset(
 
 
 def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport:
-    """Check a metadataset: every dataset it names verified (its problems named by its path), and every
-    dataset and auxiliary folder it names there. energon's loader skips every sample whose auxiliary
-    folder is gone without saying why, so a moved one is a problem here."""
+    """Check a metadataset: every dataset it names verified (its problems named by its path), every
+    dataset and auxiliary folder it names there, and every file the primary samples' `aux.json` names
+    in the auxiliary dataset. energon's loader skips, without saying why, every sample whose auxiliary
+    folder or file is gone, so each is a problem here."""
     report = VerifyReport(str(metadataset), deep)
     where = metadataset.name
     checked: set[tuple[Path, str]] = set()
+    joined: set[tuple[Path, Path]] = set()  # (primary, auxiliary) whose references are checked
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -821,7 +825,59 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
                 report.problems.append(problem)
             elif not aux.folder:
                 add(aux.path, os.path.relpath(aux.path, metadataset.parent), aux=True)
+            if aux.name == AUX_NAME and aux.path.is_dir() and (reference.path, aux.path) not in joined:
+                joined.add((reference.path, aux.path))
+                report.problems.extend(_reference_problems(reference, aux, metadataset.parent))
     return report
+
+
+def _reference_problems(reference: DatasetReference, aux: AuxReference, folder: Path) -> list[Problem]:
+    """A problem for each sample of the primary dataset whose `aux.json` names a file the auxiliary
+    dataset does not have (energon's loader skips it silently), or that names none; `folder` is the
+    metadataset's, which the problems' paths start at. Nothing if either dataset cannot be read: their
+    own checks say why."""
+    try:
+        with PreparedDataset(reference.path) as primary:
+            references = loaded_references(primary)
+        names = {found.name for found in references if found.name is not None}
+        present = folder_files(aux.path, names) if aux.folder else dataset_files(aux.path)
+    except (PrepError, sqlite3.Error):
+        return []
+    prefix = os.path.relpath(reference.path, folder)
+    split_yaml = f"{prefix}/{META_DIR}/{SPLIT_YAML}"
+    problems = []
+    dangling = [found for found in references if found.name not in present]
+    for found in dangling[:MAX_EXAMPLES]:
+        sample = f"sample {found.key!r} (its {AUX_PART} at byte {found.offset:,})"
+        drop = f"drop the sample by adding `{found.shard}/{found.key}` to `exclude` in {split_yaml}"
+        if found.name is None:
+            what = (
+                f"{sample} {found.problem}, so no file of auxiliary dataset {aux.name!r} can be read for it."
+            )
+            fix = f"re-write the dataset with shardprep write, or {drop}"
+        elif aux.folder:
+            what = (
+                f"{sample} reads field {found.field!r} from {found.name!r}, but {aux.path / found.name} does"
+                " not exist: energon's loader skips the sample."
+            )
+            fix = f"put {found.name} back in {aux.path}, or {drop}"
+        else:
+            what = (
+                f"{sample} reads field {found.field!r} from {found.name!r}, but auxiliary dataset"
+                f" {aux.path} has no member of that name in its index: energon's loader skips the sample."
+            )
+            fix = f"restore the member in a shard of {aux.path} and re-run `shardprep prepare {aux.path}`, or {drop}"
+        problems.append(Problem(f"{prefix}/{found.shard}", what, fix))
+    if len(dangling) > MAX_EXAMPLES:
+        problems.append(
+            Problem(
+                prefix,
+                f"... and {len(dangling) - MAX_EXAMPLES:,} more references to files auxiliary dataset"
+                f" {aux.name!r} ({aux.path}) does not have.",
+                f"restore them in {aux.path}, or drop their samples with `exclude` in {split_yaml}",
+            )
+        )
+    return problems
 
 
 def format_report(report: VerifyReport) -> str:

@@ -564,6 +564,43 @@ def test_a_metadataset_is_verified_whole_and_a_moved_auxiliary_dataset_is_named(
     assert f"fix: move it back to {folder / 'media'}, or correct the path in" in result.stdout
 
 
+@pytest.mark.parametrize("aux_format", ["folder", "tar"])
+def test_a_media_file_a_sample_reads_that_the_auxiliary_dataset_lacks_is_named_with_the_sample(
+    tmp_path, aux_format
+):
+    """energon's loader skips a sample whose `aux.json` names a file the auxiliary dataset does not have;
+    excluding the sample, as the fix says, makes the metadataset healthy again."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", aux_format)
+    media = folder / "media"
+    if aux_format == "folder":
+        (media / "k03.jpg").unlink()
+    else:  # the media shard written again without k03.jpg, and the auxiliary dataset prepared again
+        shard = media / "shard-000000.tar"
+        kept = [member for member in tar_members_of(shard) if member[0] != "k03.jpg"]
+        assert len(kept) == 3
+        write_tarfile(shard, kept)
+        prepare_dataset(media, sample_type="CrudeWebdataset")
+    problems = verify_metadataset(folder / "metadataset.yaml").problems
+    [problem] = problems
+    assert problem.where == "primary/shard-000000.tar", problems
+    assert problem.what.startswith("sample 'k03' (its aux.json at byte ") and "from 'k03.jpg'" in problem.what
+    assert problem.what.endswith("energon's loader skips the sample.")
+    assert problem.fix.endswith("`shard-000000.tar/k03` to `exclude` in primary/.nv-meta/split.yaml")
+    split_yaml = folder / "primary" / ".nv-meta" / "split.yaml"
+    document = yaml.safe_load(split_yaml.read_text())
+    document["exclude"] = ["shard-000000.tar/k03"]
+    split_yaml.write_text(yaml.safe_dump(document))
+    report = verify_metadataset(folder / "metadataset.yaml")
+    assert report.healthy, report.problems
+
+
+def tar_members_of(shard: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(shard) as tar:
+        return [(member.name, tar.extractfile(member).read()) for member in tar.getmembers()]
+
+
 def test_an_undecodable_member_of_an_auxiliary_dataset_is_not_to_be_excluded_in_its_split_yaml(tmp_path):
     """energon reads an auxiliary dataset's members by name: its split.yaml `exclude` drops nothing."""
     from prep.inspect.verify import verify_metadataset
