@@ -33,7 +33,7 @@ from prep.index.dataset_yaml import TEMPLATE_FIELD, field_map_parts
 from prep.index.format import AUX_NAME, AUX_PART, DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
-from prep.index.meta import read_splits, unreadable_reason
+from prep.index.meta import unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
@@ -615,6 +615,55 @@ def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str
     return problems
 
 
+def _no_split_problems(
+    dataset: PreparedDataset, splits: dict[str, list[str]], samples: dict[int, dict], root: str
+) -> list[Problem]:
+    """A problem when no split of split.yaml has a sample for energon to load. energon's loader cannot
+    load a split that names no shard (it raises EmptyDatasetError, 'No shards found in split part'), and
+    one whose every sample `exclude` drops yields none (its training loader waits for ever, or stops when
+    the shards hold none); a dataset
+    with some split to load is left alone (prepare leaves val and test empty unless asked).
+
+    `samples` (index.sqlite's, by tar_file_id) tells which excluded keys are samples of their shard.
+    """
+    excluded = dataset.excluded_samples()
+    held = loadable = 0
+    for names in splits.values():
+        for name in names:
+            if name not in dataset.shard_counts:
+                continue  # named as not indexed, where the split is checked
+            tar_file_id = dataset.tar_file_id(name)
+            count, dropped = dataset.shard_counts[name], excluded.get(tar_file_id, set())
+            if len(dropped) >= count and tar_file_id in samples:  # a key not in the shard drops nothing
+                dropped = dropped & samples[tar_file_id]["key"].distinct()
+            held += count
+            loadable += max(count - len(dropped), 0)
+    if loadable:
+        return []
+    named = ", ".join(f"{split!r} ({len(names)} shard(s))" for split, names in splits.items()) or "none"
+    fix = (
+        f"name the shards of each split under `split_parts` in {SPLIT_YAML} and exclude only the samples not"
+        f" to load, or re-run `shardprep prepare {root}` to put every shard in a split again"
+    )
+    if not any(splits.values()):
+        what = (
+            f"no split names a shard that `exclude` leaves in (splits: {named}): energon's loader cannot load"
+            " any of them (it raises EmptyDatasetError, 'No shards found in split part')."
+        )
+    elif not held:
+        what = (
+            f"the shards the splits name hold no sample (splits: {named}): energon's loader finds none in"
+            " any split (a training loader stops: 'Cannot repeat empty dataset indefinitely')."
+        )
+        fix = f"add shards that hold samples (members named KEY.PART), then re-run `shardprep prepare {root}`"
+    else:
+        what = (
+            f"`exclude` drops every sample of the shards the splits name (splits: {named}): energon's"
+            " loader finds no sample in any split (a training loader waits for ever)."
+        )
+    return [Problem(f"{META_DIR}/{SPLIT_YAML}", what, fix)]
+
+
 def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) -> Problem:
     """A file of `.nv-meta` that cannot be used: made readable if it is there but cannot be opened, else
     rebuilt (a missing one too)."""
@@ -681,11 +730,13 @@ def verify_dataset(
         except PrepError as error:
             report.problems.append(_meta_file_problem(dataset, dataset_config, error))
         known = set(dataset.shards)
+        split_yaml_read = False
         try:
-            splits, excludes = read_splits(dataset.meta / SPLIT_YAML)
+            splits, excluded_shards = dataset.splits(), dataset.excluded_shards()
+            split_yaml_read = True
         except PrepError as error:
             report.problems.append(_meta_file_problem(dataset, SPLIT_YAML, error))
-            splits, excludes = {}, []
+            splits, excluded_shards = {}, set()
         for split, names in splits.items():
             for name in names:
                 if name not in known:
@@ -697,7 +748,7 @@ def verify_dataset(
                             REPREPARE.format(root=root_text),
                         )
                     )
-        in_splits = {name for names in splits.values() for name in names} | set(excludes)
+        in_splits = {name for names in splits.values() for name in names} | excluded_shards
         for name in dataset.shards:
             if splits and name not in in_splits:
                 report.warnings.append(
@@ -723,6 +774,8 @@ def verify_dataset(
                     )
                 )
                 sqlite_problem = report.problems[-1]
+        if split_yaml_read and not auxiliary:  # energon reads an auxiliary dataset's members by name
+            report.problems.extend(_no_split_problems(dataset, splits, samples, root_text))
         report.problems.extend(_module_problems(dataset, config, dataset_config))
         if parts:
             report.problems.extend(_unread_fields(config, parts, dataset_config))

@@ -226,6 +226,42 @@ def test_split_naming_a_shard_that_is_not_indexed_is_reported(base, tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("split_parts", "exclude", "problem"),
+    [
+        ({"train": [], "val": []}, [], "no split names a shard that `exclude` leaves in"),
+        ({"train": ["a.tar"]}, ["a.tar"], "no split names a shard that `exclude` leaves in"),
+        ({"train": ["a.tar"]}, [f"a.tar/a-{i:05d}" for i in range(3)], "`exclude` drops every sample"),
+    ],
+    ids=["no shards", "shard excluded", "every sample excluded"],
+)
+def test_a_split_yaml_leaving_no_split_a_sample_to_load_is_a_problem(tmp_path, split_parts, exclude, problem):
+    """energon cannot load a split without shards (EmptyDatasetError), and finds nothing in one whose every
+    sample is excluded (its training loader waits for ever): with no split to load, the dataset is not
+    healthy. One sample left in, it is."""
+    dataset = tmp_path / "d"
+    write_tarfile(dataset / "a.tar", sample_members("a-", 3))
+    prepare_dataset(dataset, sample_type="CrudeWebdataset")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    split_yaml.write_text(yaml.safe_dump({"split_parts": split_parts, "exclude": exclude}))
+    [found] = [p for p in problems_of(dataset) if p.where == ".nv-meta/split.yaml"]
+    assert found.what.startswith(problem), found
+    assert f"re-run `shardprep prepare {dataset}`" in found.fix
+    left_in = {"split_parts": {"train": ["a.tar"]}, "exclude": ["a.tar/a-00000", "a.tar/a-00001"]}
+    split_yaml.write_text(yaml.safe_dump(left_in))
+    report = verify_dataset(dataset)
+    assert report.healthy, report.problems
+
+
+def test_a_dataset_whose_shards_hold_no_sample_is_a_problem_prepare_again_cannot_fix(tmp_path):
+    dataset = tmp_path / "d"
+    write_tarfile(dataset / "a.tar", [("README", b"no KEY.PART member")])
+    prepare_dataset(dataset, sample_type="CrudeWebdataset")
+    [found] = problems_of(dataset)
+    assert found.what.startswith("the shards the splits name hold no sample"), found
+    assert found.fix.startswith("add shards that hold samples")
+
+
+@pytest.mark.parametrize(
     ("damage", "problem"),
     [
         ("sample_type: {\n  bad: [\n", "is not valid"),
