@@ -112,12 +112,19 @@ def _headers_ok(buffer: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 class _ShardChecker:
-    """Checks one shard against its rows; appends to the report."""
+    """Checks one shard against its rows; appends to the report. What the shard as a whole is (another
+    tar than the indexed one, or the indexed one with data after it) is said in `finish`, once its
+    samples have been checked, before their problems."""
 
     def __init__(self, report: VerifyReport, root: str, shard: str) -> None:
         self.report, self.root, self.shard = report, root, shard
         self.counts: dict[str, int] = defaultdict(int)
         self.fixes: dict[str, str] = {}
+        self.first = len(report.problems)
+        #: Data past the indexed samples: (its byte, the byte where they end).
+        self.unindexed: tuple[int, int] | None = None
+        #: A sample found at an indexed sample's offset with another key, said as where and what.
+        self.other_sample: str | None = None
 
     def problem(self, what: str, fix: str = REPREPARE, *, kind: str | None = None) -> None:
         if kind is not None:
@@ -133,6 +140,9 @@ class _ShardChecker:
         return fix.replace("{root}", self.root)
 
     def finish(self) -> None:
+        lead = self._whole_shard()
+        if lead is not None:
+            self.report.problems.insert(self.first, Problem(self.shard, lead[0], self._fix(lead[1])))
         for kind, count in self.counts.items():
             if count > MAX_EXAMPLES:
                 self.report.problems.append(
@@ -142,6 +152,22 @@ class _ShardChecker:
                         self._fix(self.fixes[kind]),
                     )
                 )
+
+    def _whole_shard(self) -> tuple[str, str] | None:
+        """(what, fix) of the shard as a whole, if anything: another tar in its place, or data after
+        its indexed samples."""
+        if self.other_sample is not None:
+            past = ""
+            if self.unindexed is not None:
+                past = f", and it holds data at byte {self.unindexed[0]:,}, past where its index ends"
+            return (
+                f"is not the tar its index describes ({self.other_sample}{past}): it was replaced by"
+                " another tar of the same name, or rewritten, since prepare.",
+                "if the new shard is the one to use, " + REPREPARE + "; otherwise " + RESTORE,
+            )
+        if self.unindexed is not None:
+            return _unindexed_data(os.path.join(self.root, self.shard), *self.unindexed)
+        return None
 
 
 def _load_sqlite(dataset: PreparedDataset, deep: bool) -> tuple[dict, dict]:
@@ -217,13 +243,14 @@ def _check_tail(checker: _ShardChecker, fd: int, end: int, file_size: int) -> bo
         return False
     with mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) as mapped:
         at = first_nonzero(mapped, end, file_size)
-    if at is not None:
-        _unindexed_data(checker, at, end)
+    if at is not None:  # said when the samples have told what the shard is (`_ShardChecker.finish`)
+        checker.unindexed = (at, end)
     return True
 
 
-def _unindexed_data(checker: _ShardChecker, at: int, end: int) -> None:
-    """Data at byte `at` of the shard, past the indexed samples that end at byte `end`.
+def _unindexed_data(path: str, at: int, end: int) -> tuple[str, str]:
+    """(what, fix) of data at byte `at` of the shard at `path`, past the indexed samples that end at byte
+    `end`, in a shard whose indexed samples are there.
 
     Inside the end-of-archive marker, members were most likely appended after prepare (`tar -r` writes over
     the marker), which prepare indexes when run again. After the marker, no reader sees it (energon, tarfile
@@ -231,15 +258,14 @@ def _unindexed_data(checker: _ShardChecker, at: int, end: int) -> None:
     prepare, or archives were joined end to end (`cat a.tar b.tar`), whose members one archive must hold.
     """
     if at < end + 2 * BLOCK:
-        checker.problem(
+        return (
             f"holds data at byte {at:,}, where its index puts the end-of-archive marker (byte {end:,}): the"
             " shard was changed after prepare (members appended with `tar -r` are written over the marker),"
             " and energon will not see what the index does not cover.",
             "if the new data belongs in the dataset, " + REPREPARE + "; otherwise " + RESTORE,
         )
-        return
-    repack = repack_command(os.path.join(checker.root, checker.shard))
-    checker.problem(
+    repack = repack_command(path)
+    return (
         f"holds data at byte {at:,}, after its end-of-archive marker at byte {end:,}, which the index does"
         " not cover and no reader sees (energon, shardprep and GNU tar without -i stop at the marker). Either"
         " it was written after prepare, or archives were joined end to end (`cat a.tar b.tar`).",
@@ -348,6 +374,11 @@ def _check_sample_exactly(
         (f"{key}.{parts['name'][row]}", int(parts["offset"][row]), int(parts["size"][row])) for row in rows
     ]
     found = [member for member in found if key_and_part(member[0]) is not None]  # what energon indexes
+    others = sorted({key_and_part(name)[0] for name, _, _ in found} - {key})
+    if others and checker.other_sample is None:
+        checker.other_sample = (
+            f"at byte {start:,}, where its index has sample {key!r}, it holds {others[0]!r}"
+        )
     if found != indexed:
         checker.problem(
             f"sample {key!r} at byte {start:,} does not hold the members its index names: the index has"

@@ -190,6 +190,32 @@ def test_members_appended_over_the_end_marker_after_prepare_ask_for_prepare_agai
     assert problems[0].fix.startswith("if the new data belongs in the dataset, re-run `shardprep prepare")
 
 
+@pytest.mark.parametrize("samples", [5, 2], ids=["longer", "shorter"])
+def test_a_shard_replaced_by_another_tar_of_the_same_name_is_named_replaced_not_appended_to(
+    tmp_path, samples
+):
+    """A longer tar in the shard's place holds data past the indexed end, as one appended to with `tar -r`
+    does; but its samples are not the indexed ones, so the shard is named replaced, first."""
+    dataset = tmp_path / "d"
+    write_tarfile(dataset / "a.tar", sample_members("a-", 3))
+    write_tarfile(dataset / "b.tar", sample_members("b-", 3))
+    prepare_dataset(dataset, sample_type="CrudeWebdataset")
+    write_tarfile(dataset / "a.tar", sample_members("z-", samples))
+    problems = problems_of(dataset)
+    assert {p.where for p in problems} == {"a.tar"}
+    assert problems[0].what.startswith(
+        "is not the tar its index describes (at byte 0, where its index has sample 'a-00000', it holds"
+        " 'z-00000'"
+    ), problems[0]
+    assert problems[0].what.endswith(
+        "it was replaced by another tar of the same name, or rewritten, since prepare."
+    )
+    assert problems[0].fix.startswith(
+        f"if the new shard is the one to use, re-run `shardprep prepare {dataset}`"
+    )
+    assert not [p for p in problems if "tar -r" in p.what], problems
+
+
 @pytest.mark.parametrize("preparer", PREPARERS)
 def test_flipped_byte_in_a_member_header_is_reported(base, tmp_path, preparer):
     dataset = damaged(base, tmp_path, preparer)
