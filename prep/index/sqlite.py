@@ -102,6 +102,19 @@ class _SampleKeys:
         return self.rows.keys_between(rows.start, rows.stop)
 
 
+class NullRowsError(PrepError):
+    """Rows of an index table without a value in a column (a hand-damaged index.sqlite): how many, and
+    the (tar_file_id, sample_index) of the first, either None if NULL too, for a command to name its
+    shard and sample."""
+
+    def __init__(self, table: str, column: str, count: int, first: tuple[int | None, int | None]) -> None:
+        self.table, self.column, self.count, self.first = table, column, count, first
+        super().__init__(f"{count:,} row(s) of {table} have no {column} (NULL).")
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.table, self.column, self.count, self.first))
+
+
 class SqliteIndexWriter:
     """Builds a fresh `index.sqlite` at `path` from each shard's ShardRows, shard by shard.
 
@@ -519,8 +532,8 @@ class IndexReader:
         self, table: str, integers: dict[str, str], text: str | None = None, *, null_is_error: bool = False
     ) -> tuple[dict[str, np.ndarray], TextColumn | None]:
         """Every row of `table` in storage (rowid) order: integer columns as int64 arrays (NULL reads as
-        0, or is a PrepError counting such rows with `null_is_error`), named as `integers` maps names to
-        columns, and the `text` column if one is named.
+        0, or empty text, or with `null_is_error` is a NullRowsError counting such rows and placing the
+        first), named as `integers` maps names to columns, and the `text` column if one is named.
 
         sqlite joins each column of a million rows at a time into one string, which numpy parses: far
         cheaper than a Python tuple per row. Raises PrepError, or sqlite3.Error, when a column holds
@@ -534,7 +547,7 @@ class IndexReader:
         aggregates = ", ".join(
             [f"group_concat(ifnull({name}, 0))" for name in integers.values()]
             + ([f"group_concat(ifnull({text}, ''), char(0))"] if text else [])
-            + ([f"total({name} IS NULL)" for name in integers.values()] if null_is_error else [])
+            + ([f"total({name} IS NULL)" for name in names] if null_is_error else [])
         )
         db = self._db()
         chunks = []
@@ -551,11 +564,14 @@ class IndexReader:
             chunks = [db.execute(f"SELECT count(*), {aggregates} FROM {table}").fetchone()]
         chunks = [chunk for chunk in chunks if chunk[0]]
         if null_is_error:
-            nulls = [sum(int(chunk[-len(integers) + i]) for chunk in chunks) for i in range(len(integers))]
-            chunks = [chunk[: -len(integers)] for chunk in chunks]
-            for column, count in zip(integers.values(), nulls, strict=True):
+            nulls = [sum(int(chunk[-len(names) + i]) for chunk in chunks) for i in range(len(names))]
+            chunks = [chunk[: -len(names)] for chunk in chunks]
+            for column, count in zip(names, nulls, strict=True):
                 if count:
-                    raise PrepError(f"{count:,} row(s) of {table} have no {column} (NULL).")
+                    first = db.execute(
+                        f"SELECT tar_file_id, sample_index FROM {table} WHERE {column} IS NULL LIMIT 1"
+                    ).fetchone()
+                    raise NullRowsError(table, column, count, tuple(first))
         columns = {
             name: np.concatenate(
                 [np.zeros(0, np.int64)] + [parse_integers(chunk[1 + i], chunk[0], column) for chunk in chunks]

@@ -35,6 +35,7 @@ from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
+from prep.index.sqlite import NullRowsError
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
@@ -695,6 +696,22 @@ def _no_split_problems(
     return [Problem(f"{META_DIR}/{SPLIT_YAML}", what, fix)]
 
 
+def _null_rows(dataset: PreparedDataset, error: NullRowsError) -> str:
+    """What index.sqlite's rows without a value are, naming the shard and sample of the first."""
+    tar_file_id, index = error.first
+    first = f"sample_index {index} of tar_file_id {tar_file_id}"
+    if tar_file_id is not None and 0 <= tar_file_id < len(dataset.shards):
+        first = f"shard {dataset.shards[tar_file_id]}, sample_index {index}"
+        if index is not None:
+            sample = next(dataset.index.samples_of_shard(tar_file_id, index - 1), None)
+            if sample is not None and sample.index == index:
+                first = f"sample {sample.key!r} of shard {dataset.shards[tar_file_id]}"
+    return (
+        f"{error.count:,} row(s) of its {error.table} table have no {error.column} (NULL), the first of {first}:"
+        " the index was damaged after prepare, which writes every row whole."
+    )
+
+
 def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) -> Problem:
     """A file of `.nv-meta` that cannot be used: made readable if it is there but cannot be opened, else
     rebuilt (a missing one too)."""
@@ -796,6 +813,15 @@ def verify_dataset(
         if sqlite_problem is None:
             try:
                 samples, parts = _load_sqlite(dataset, deep)
+            except NullRowsError as error:
+                report.problems.append(
+                    Problem(
+                        f"{META_DIR}/{INDEX_SQLITE}",
+                        _null_rows(dataset, error),
+                        REPREPARE.format(root=root_text),
+                    )
+                )
+                sqlite_problem = report.problems[-1]
             except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
                 report.problems.append(
                     Problem(

@@ -431,11 +431,18 @@ def test_tar_index_disagreeing_with_sqlite_is_reported(base, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("table", "column"), [("samples", "byte_offset"), ("sample_parts", "content_byte_offset")]
+    ("table", "column"),
+    [
+        ("samples", "byte_offset"),
+        ("sample_parts", "content_byte_offset"),
+        ("sample_parts", "content_byte_size"),
+        ("sample_parts", "part_name"),
+    ],
 )
-def test_index_rows_without_an_offset_are_named_as_null_not_read_as_offset_zero(
+def test_index_rows_without_an_offset_size_or_name_are_named_as_null_with_their_sample(
     base, tmp_path, table, column
 ):
+    """A NULL read as offset 0, size 0 or an empty part name gave a problem blaming the shard."""
     dataset = damaged(base, tmp_path, "energon")
     with closing(sqlite3.connect(dataset / ".nv-meta" / "index.sqlite")) as db:
         emptied = db.execute(
@@ -447,9 +454,12 @@ def test_index_rows_without_an_offset_are_named_as_null_not_read_as_offset_zero(
     assert [(p.where, p.what) for p in problems if "NULL" in p.what] == [
         (
             ".nv-meta/index.sqlite",
-            f"cannot be read: {emptied} row(s) of {table} have no {column} (NULL).",
+            f"{emptied} row(s) of its {table} table have no {column} (NULL), the first of sample 's1_002' of"
+            " shard shard-001.tar: the index was damaged after prepare, which writes every row whole.",
         )
     ], problems
+    assert all(p.where != "shard-001.tar" for p in problems), problems
+    assert problems[0].fix == f"re-run `shardprep prepare {dataset}` to rebuild the index"
 
 
 def test_deep_check_reports_undecodable_content(base, tmp_path):
