@@ -1,4 +1,5 @@
-"""One dataset's bucket: list, read (whole or a byte range), upload (multipart when big) and delete objects.
+"""One dataset's bucket: list, read (whole or a byte range), upload (multipart when big) and delete objects,
+and list and abort the multipart uploads left incomplete below it.
 
 Every request is retried on a transient failure (connection refused or reset, a timeout, a 5xx or a
 throttling answer) with exponential backoff, a bounded number of times (`RetryPolicy`); then a
@@ -152,6 +153,15 @@ class ObjectInfo:
     etag: str
 
 
+@dataclass(frozen=True)
+class IncompleteUpload:
+    """A multipart upload below a dataset's address, neither completed nor aborted: the object's name
+    relative to the address, and the upload's id."""
+
+    name: str
+    upload_id: str
+
+
 class ObjectStore:
     """The objects below one dataset address. Thread-safe (one botocore client per process, shared by its
     threads); picklable; counts the bytes and requests this process reads, for the benchmark and the tests."""
@@ -205,10 +215,14 @@ class ObjectStore:
 
     # --- reading ---------------------------------------------------------------------------------------
 
+    def _prefix(self) -> str:
+        """The key prefix of everything below the dataset address (`base/path/`, or "" for a whole bucket)."""
+        prefix = self.key("")
+        return prefix if prefix.endswith("/") or not prefix else prefix + "/"
+
     def list(self) -> list[ObjectInfo]:
         """Every object below the dataset address, by name relative to it (in the bucket's key order)."""
-        prefix = self.key("")
-        prefix = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+        prefix = self._prefix()
         found: list[ObjectInfo] = []
         token: str | None = None
         while True:
@@ -227,6 +241,41 @@ class ObjectStore:
     def _list_page(self, arguments: dict) -> dict:
         self._count(0)
         return self.client.list_objects_v2(**arguments)
+
+    def incomplete_uploads(self) -> list[IncompleteUpload]:
+        """The multipart uploads below the dataset address that were begun and neither completed nor
+        aborted (one request per 1,000 of them). A server that refuses the listing or does not have it is a
+        StorageError saying so (no retries), as one that stays unreachable is."""
+        prefix = self._prefix()
+        found: list[IncompleteUpload] = []
+        markers: dict[str, str] = {}
+        while True:
+            arguments = {"Bucket": self.bucket, "Prefix": prefix, **markers}
+            page = self._call(
+                f"list the incomplete multipart uploads below {self.address}",
+                lambda a=arguments: self._uploads_page(a),
+            )
+            for upload in page.get("Uploads", ()):
+                name = upload["Key"][len(prefix) :]
+                if name:
+                    found.append(IncompleteUpload(name, upload["UploadId"]))
+            if not page.get("IsTruncated"):
+                return found
+            markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
+    def _uploads_page(self, arguments: dict) -> dict:
+        from botocore.exceptions import ClientError
+
+        self._count(0)
+        try:
+            return self.client.list_multipart_uploads(**arguments)
+        except ClientError as error:
+            if _transient(error):
+                raise
+            code = error.response.get("Error", {}).get("Code") or _status(error)
+            raise StorageError(
+                f"The server does not list the incomplete multipart uploads below {self.address} ({code})."
+            ) from None
 
     def read(self, name: str, offset: int, length: int, size: int | None = None) -> bytes:
         """`length` bytes of object `name` from `offset` (fewer where the object ends first). Given `size`,
@@ -354,6 +403,22 @@ class ObjectStore:
             lambda: self.client.delete_object(Bucket=self.bucket, Key=self.key(name)),
         )
 
+    def abort(self, upload: IncompleteUpload) -> None:
+        """Abort a multipart upload: the server drops its parts. One that is gone already (completed or
+        aborted since it was listed) is no error."""
+        from botocore.exceptions import ClientError
+
+        def abort() -> None:
+            try:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=self.key(upload.name), UploadId=upload.upload_id
+                )
+            except ClientError as error:
+                if _status(error) != 404:  # NoSuchUpload
+                    raise
+
+        self._call(f"abort the incomplete multipart upload of {self.url(upload.name)}", abort)
+
     # --- retries ---------------------------------------------------------------------------------------
 
     def _call(self, what: str, request: Callable[[], T]) -> T:
@@ -417,6 +482,8 @@ def _transient(error: Exception) -> bool:
 
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "")
+        if _status(error) == 501:  # NotImplemented: the server does not have the request, and never will
+            return False
         return _status(error) >= 500 or _status(error) == 429 or code in _TRANSIENT_CODES
     if isinstance(error, BotoCoreError):
         # refused or unreachable, a connect or read timeout, a connection closed or a body cut off

@@ -130,3 +130,17 @@ def test_files_going_up_together_hold_few_parts_in_memory(s3, tmp_path):
         tracemalloc.stop()
     assert store.get("s11.tar") == (tmp_path / "s11.tar").read_bytes()
     assert peak < 120 << 20, f"{peak / 2**20:.0f} MiB of parts held at once"
+
+
+def test_a_request_the_server_does_not_implement_is_not_retried() -> None:
+    """501 NotImplemented (an S3-compatible server without ListMultipartUploads, say) will not change on
+    another try; 500 and 503 may."""
+    from botocore.exceptions import ClientError
+
+    from prep.storage.store import _transient
+
+    def answer(status: int, code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Op")
+
+    assert not _transient(answer(501, "NotImplemented"))
+    assert _transient(answer(500, "InternalError")) and _transient(answer(503, "SlowDown"))
