@@ -236,8 +236,11 @@ class ProgressLine:
     def note(self, text: str) -> None:
         """Print `text` on a line of its own (above the progress line, drawn again next time); also
         where the line is not shown (a log), unless progress is off."""
-        if not self.enabled:
-            return
+        if self.enabled:
+            self.say(text)
+
+    def say(self, text: str) -> None:
+        """Print `text` on a line of its own, as `note` does, with progress off too."""
         sys.stderr.write(("\r" + text.ljust(self._width) if self.shown else text) + "\n")
         sys.stderr.flush()
         self._width = 0

@@ -24,7 +24,9 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    no index, the `.tar.idx` files go up as soon as every shard is indexed (`BucketShards.indexed`),
    beside `index.sqlite` and the rest, and a run that fails before its upload deletes them again (with
    any an earlier failed run had left under their names): a failure before the upload leaves none of
-   the run's files in the bucket.
+   the run's files in the bucket. Before any of it goes up, the multipart uploads an earlier run killed
+   mid-upload left for these files are aborted (`prep.storage.upload.abort_earlier_uploads`, from a
+   listing taken at the start, before this run uploads anything).
 
 Nothing locks the bucket: the local lock covers only the folder under `--tmp-path`, so two prepares of
 one bucket dataset at once are the user's to avoid.
@@ -53,7 +55,15 @@ from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import RangedObject
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, open_store
-from prep.storage.upload import EarlyUpload, upload_dataset, upload_early
+from prep.storage.upload import (
+    EarlyUpload,
+    Note,
+    abort_earlier_uploads,
+    earlier_uploads,
+    unheard,
+    upload_dataset,
+    upload_early,
+)
 from prep.tar.fields import BLOCK
 from prep.tar.scan import HeaderWalker, RangedHeaderWalker, check_not_compressed
 
@@ -263,9 +273,11 @@ def prepare_remote(
     *,
     tmp_path: str | Path | None = None,
     store: ObjectStore | None = None,
+    note: Note = unheard,
 ) -> dict[str, int] | None:
     """Prepare the dataset at a bucket address, building its index under `tmp_path` (a temporary folder
-    by default, removed afterwards) and uploading it; the shard counts, or None if the wizard declined."""
+    by default, removed afterwards) and uploading it; the shard counts, or None if the wizard declined.
+    `note` is told what the user should hear besides (earlier runs' incomplete uploads aborted)."""
     address = require_address(address)
     if options.media_filter is not None:
         raise PrepError("--media-metadata-by-... is for local datasets; run it on a local copy.")
@@ -283,6 +295,7 @@ def prepare_remote(
     with scratch_folder(tmp_path, "prepare") as root:
         source.early_folder = root.parent / "uploading"
         _copy_existing_meta(source, root)
+        leftovers = earlier_uploads(store, note)
         try:
             shard_counts = prepare(root, options, wizard, progress, source=source)
         except BaseException:
@@ -296,6 +309,7 @@ def prepare_remote(
                 for path in sorted((root / META_DIR).rglob("*"))
                 if path.is_file()
             ]
+            abort_earlier_uploads(store, leftovers, built, note)
             upload_dataset(store, root, built, source.early)
             source.checkpoint().remove()  # what an interrupted run kept is for an index now uploaded
             shutil.rmtree(source.resume_folder, ignore_errors=True)

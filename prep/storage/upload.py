@@ -8,18 +8,24 @@ as an old `.info.json` beside new shards and a new `index.sqlite`); then the sha
 up, then the `.tar.idx` files, then `.nv-meta`'s other files, and the markers last, `metadataset.yaml`
 after every `.info.json`. A run that fails on the way leaves a dataset energon refuses as not prepared
 (run again), never a mixed one.
+
+A run that fails aborts its own multipart uploads; one killed outright (SIGKILL, a lost machine) cannot,
+and the parts it sent stay on the server (billed, on AWS, until aborted). So a run lists the incomplete
+uploads below the dataset before it uploads anything (`earlier_uploads`: all of them are then an earlier
+run's, whatever the server's clock says) and aborts those of the objects it is about to write
+(`abort_earlier_uploads`); it leaves any other alone, as another writer's or someone else's to finish.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, METADATASET_YAML
 from prep.index.staging import local_path
-from prep.storage.store import ObjectStore, StorageError
+from prep.storage.store import IncompleteUpload, ObjectStore, StorageError
 
 #: Files uploaded at once.
 UPLOAD_THREADS = 16
@@ -29,6 +35,12 @@ PREPARED_MARKERS = (INFO_YAML, INFO_JSON)
 LAST_MARKER = METADATASET_YAML
 #: Files suffixed so are the per-shard offsets energon's loader reads.
 TAR_INDEX_SUFFIX = ".idx"
+#: Says a line to the user (a note, not an error: the run goes on).
+Note = Callable[[str], None]
+
+
+def unheard(line: str) -> None:
+    """The `Note` of a caller with no user to tell."""
 
 
 def upload_order(names: list[str]) -> list[list[str]]:
@@ -170,6 +182,47 @@ def upload_dataset(
     finally:
         if early is not None:  # stopped by a failure: no more of its files go up
             early.stop()
+
+
+def earlier_uploads(store: ObjectStore, note: Note) -> list[IncompleteUpload]:
+    """The multipart uploads below the store's address left incomplete, to call before this run uploads
+    anything (so that none is its own). A server that will not list them (it refuses, or does not have
+    the request) costs the run nothing but a `note`, and none are aborted."""
+    try:
+        return store.incomplete_uploads()
+    except StorageError as error:
+        note(f"Note: {error} Any an earlier run left there stay (a lifecycle rule can abort them).")
+        return []
+
+
+def abort_earlier_uploads(
+    store: ObjectStore, uploads: Sequence[IncompleteUpload], names: Iterable[str], note: Note
+) -> None:
+    """Abort those of `uploads` (`earlier_uploads`) whose object is among `names`, the files this run
+    writes, and say so in one `note`, naming them in `upload_order`; leave the rest alone. Those that
+    cannot be aborted are named in one more note: the run goes on, its objects whole all the same."""
+    order = {
+        name: at for at, name in enumerate(name for batch in upload_order(list(names)) for name in batch)
+    }
+    aborted: list[str] = []
+    failed: list[str] = []
+    first_error: StorageError | None = None
+    for upload in sorted((upload for upload in uploads if upload.name in order), key=lambda u: order[u.name]):
+        try:
+            store.abort(upload)
+        except StorageError as error:
+            failed.append(upload.name)
+            first_error = first_error or error
+        else:
+            aborted.append(upload.name)
+    if aborted:
+        plural = "s" if len(aborted) > 1 else ""
+        note(f"Aborted {len(aborted)} incomplete upload{plural} an earlier run left: {', '.join(aborted)}")
+    if first_error is not None:
+        note(
+            f"Note: {first_error} Not aborted: {', '.join(failed)}; their parts stay on the server until"
+            " they are (a lifecycle rule can do it)."
+        )
 
 
 def _upload_batch(store: ObjectStore, root: Path, batch: list[str]) -> None:

@@ -212,7 +212,12 @@ def write_command(
             from prep.write.remote import write_remote
 
             summary = write_remote(
-                sources, out_dir, options, lambda state: line.show(_progress_text(state)), tmp_path=tmp_path
+                sources,
+                out_dir,
+                options,
+                lambda state: line.show(_progress_text(state)),
+                tmp_path=tmp_path,
+                note=line.say,
             )
         else:
             summary = write(sources, out_dir, options, lambda state: line.show(_progress_text(state)))

@@ -3,7 +3,8 @@ write, as it is, then uploaded (`prep.storage.upload`): shards first (in parts w
 files next, `.nv-meta` with its `.info.json` last, so the bucket shows no new index before all of it is
 there (with `--overwrite`, the old `.info.json` is withdrawn before the first upload: a failure in the
 upload leaves a dataset energon calls not prepared, never a mixed one). A failure before the upload
-leaves the bucket as it was.
+leaves the bucket as it was. The multipart uploads an earlier run killed mid-upload left for the objects
+this one writes are aborted before its upload (`prep.storage.upload.abort_earlier_uploads`).
 
 The prefix must hold no objects, unless `--overwrite`: then what the new dataset does not replace is
 deleted once it is whole. Nothing locks the bucket (the local lock covers only the folder under
@@ -21,7 +22,14 @@ from prep.errors import PrepError
 from prep.storage.address import require_address
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
-from prep.storage.upload import delete_stale, upload_dataset
+from prep.storage.upload import (
+    Note,
+    abort_earlier_uploads,
+    delete_stale,
+    earlier_uploads,
+    unheard,
+    upload_dataset,
+)
 from prep.write.options import WriteOptions
 from prep.write.run import WriteProgress, WriteSummary, write
 from prep.write.sources import Source
@@ -38,8 +46,10 @@ def write_remote(
     *,
     tmp_path: str | Path | None = None,
     store: ObjectStore | None = None,
+    note: Note = unheard,
 ) -> WriteSummary:
-    """Write `sources` as a prepared dataset at the bucket `address`; the summary names the address."""
+    """Write `sources` as a prepared dataset at the bucket `address`; the summary names the address.
+    `note` is told what the user should hear besides (earlier runs' incomplete uploads aborted)."""
     started = time.perf_counter()
     parsed = require_address(address)
     if options.resume:
@@ -51,6 +61,7 @@ def write_remote(
             f"{address} is not empty ({len(existing)} objects, e.g. {existing[0]}). Give a new prefix, or"
             " --overwrite to replace what is there."
         )
+    leftovers = earlier_uploads(store, note)
     with scratch_folder(tmp_path, "write") as out_dir:
         summary = write(sources, out_dir, options, progress)
         built = sorted(
@@ -58,6 +69,7 @@ def write_remote(
             for path in out_dir.rglob("*")
             if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
         )
+        abort_earlier_uploads(store, leftovers, built, note)
         upload_dataset(store, out_dir, built)
         delete_stale(store, sorted(set(existing) - set(built)))
         # the run's time is the write's and the upload's (the summary says "Wrote ... in N s")

@@ -334,6 +334,26 @@ def test_a_killed_runs_folder_under_tmp_path_is_removed_by_the_next_run(s3, tmp_
     assert sorted(path.name for path in scratch.iterdir()) == ["shardprep-other"]
 
 
+def test_a_prepare_aborts_the_incomplete_uploads_a_killed_run_left_for_its_index(s3, tmp_path):
+    """A prepare killed mid-upload leaves its multipart uploads (`index.sqlite` above 64 MiB goes up in
+    parts) on the server; the next prepare of the dataset aborts those of the index files it writes, says
+    so in one line, and leaves the rest alone: a shard's (prepare writes no shard), another prefix's."""
+    write_tarfile(tmp_path / "src" / "s-0.tar", sample_members("s0-", 5))
+    s3.make_bucket("leftover")
+    s3.upload_folder(tmp_path / "src", "leftover", "ds")
+    ours = ["ds/.nv-meta/index.sqlite", "ds/s-0.tar.idx"]
+    others = ["ds/s-0.tar", "ds-old/.nv-meta/index.sqlite"]
+    for key in ours + others:
+        s3.leave_incomplete_upload("leftover", key)
+    result = run_shardprep("prepare", "s3://leftover/ds", *FLAGS, "--tmp-path", str(tmp_path / "scratch"))
+    assert result.returncode == 0, result.stderr
+    assert s3.incomplete_uploads("leftover") == sorted(others)
+    assert (
+        "Aborted 2 incomplete uploads an earlier run left: s-0.tar.idx, .nv-meta/index.sqlite"
+        in result.stderr.splitlines()
+    ), result.stderr
+
+
 def test_a_tmp_path_that_cannot_be_made_is_named(s3, tmp_path):
     (tmp_path / "file").write_text("")
     result = run_shardprep("prepare", "s3://any/ds", *FLAGS, "--tmp-path", str(tmp_path / "file" / "tmp"))

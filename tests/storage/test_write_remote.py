@@ -13,6 +13,7 @@ from prep.write.options import WriteOptions
 from prep.write.remote import write_remote
 from prep.write.sources.jsonl import JsonlSource
 from tests.support.prepare import run_shardprep, sqlite_contents, tar_indexes
+from tests.support.s3 import S3Server
 
 ROWS = [{"id": i, "text": f"line {i} " + "x" * (i * 37 % 500)} for i in range(300)]
 
@@ -108,3 +109,61 @@ def test_the_time_a_bucket_write_reports_includes_its_upload(s3, source, tmp_pat
     summary = write_remote([JsonlSource(source)], "s3://timed/out", options, store=store, tmp_path=tmp_path)
     took = time.perf_counter() - started  # 0.4 s at least: shards, .tar.idx, .nv-meta, .info.json in turn
     assert took > 0.35 and summary.seconds > 0.8 * took, (summary.seconds, took)
+
+
+def test_a_write_aborts_the_incomplete_uploads_a_killed_run_left_for_its_keys(s3, source, tmp_path):
+    """A run killed mid-upload leaves its multipart uploads' parts on the server (billed until aborted);
+    the next write to the prefix aborts those of the objects it writes, says so in one line, and leaves
+    every other upload alone (another object's, another prefix's)."""
+    s3.make_bucket("leftover")
+    ours = ["out/shard-000000.tar", "out/.nv-meta/index.sqlite"]
+    others = ["out/notes.bin", "out2/shard-000000.tar", "outer.tar"]
+    for key in ours + others:
+        s3.leave_incomplete_upload("leftover", key)
+    args = ["--part", "text=txt", "--maxcount", "1000", "--no-progress", "--tmp-path", str(tmp_path / "t")]
+    result = run_shardprep("write", str(source), "s3://leftover/out", *args)
+    assert result.returncode == 0, result.stderr
+    assert s3.incomplete_uploads("leftover") == sorted(others)
+    assert (
+        "Aborted 2 incomplete uploads an earlier run left: shard-000000.tar, .nv-meta/index.sqlite"
+        in result.stderr.splitlines()
+    ), result.stderr
+
+
+def test_a_run_does_not_abort_its_own_multipart_uploads(s3, tmp_path):
+    """The leftovers are listed before the run uploads anything: its own uploads of the same keys, in
+    parts, are not among them and complete."""
+    s3.make_bucket("own")
+    s3.leave_incomplete_upload("own", "out/shard-000000.tar")
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"text": "y" * 100_000, "i": i}) + "\n" for i in range(70)))
+    store = open_store(parse_address("s3://own/out"), part_size=5 << 20, multipart_threshold=6 << 20)
+    notes: list[str] = []
+    options = WriteOptions.parse(parts=["text=txt"], maxcount=1000)
+    write_remote(
+        [JsonlSource(path)], "s3://own/out", options, store=store, tmp_path=tmp_path, note=notes.append
+    )
+    assert "-" in s3.client().head_object(Bucket="own", Key="out/shard-000000.tar")["ETag"], "not multipart"
+    assert s3.incomplete_uploads("own") == []
+    assert notes == ["Aborted 1 incomplete upload an earlier run left: shard-000000.tar"]
+
+
+def test_a_server_that_will_not_list_incomplete_uploads_costs_a_write_one_note(source, tmp_path, monkeypatch):
+    """Listing the incomplete uploads needs a permission of its own (s3:ListBucketMultipartUploads): a
+    user without it still writes the dataset, told so in one line."""
+    pytest.importorskip("moto.server", reason="moto[server] is needed for the object-storage tests")
+    with S3Server(tmp_path / "moto.log", open_requests=4) as server:
+        server.make_bucket("guarded")
+        for name, value in server.user_without("s3:ListBucketMultipartUploads").items():
+            monkeypatch.setenv(name, value)
+        args = ["--part", "text=txt", "--no-progress", "--tmp-path", str(tmp_path / "t")]
+        result = run_shardprep("write", str(source), "s3://guarded/out", *args)
+        assert result.returncode == 0, result.stderr
+        assert ".nv-meta/.info.json" in [
+            info.name for info in open_store(parse_address("s3://guarded/out")).list()
+        ]
+    notes = [line for line in result.stderr.splitlines() if line.strip()]
+    assert notes == [
+        "Note: The server does not list the incomplete multipart uploads below s3://guarded/out"
+        " (AccessDenied). Any an earlier run left there stay (a lifecycle rule can abort them)."
+    ]

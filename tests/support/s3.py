@@ -36,12 +36,15 @@ def free_port() -> int:
 class S3Server:
     """moto's S3 server on `127.0.0.1:port`, in a child process of its own process group."""
 
-    def __init__(self, log: Path, counted: bool = False) -> None:
+    def __init__(self, log: Path, counted: bool = False, open_requests: int | None = None) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.log = log
         #: Run `tests.support.moto_counted` (which counts the bytes it sends, see `bytes_sent`), not moto.server.
         self.counted = counted
+        #: With a number, moto answers that many requests from anyone, then checks each request's
+        #: credentials and IAM policy, as S3 does (see `user_without`).
+        self.open_requests = open_requests
         self.process: subprocess.Popen | None = None
 
     @property
@@ -56,9 +59,13 @@ class S3Server:
     def start(self) -> None:
         with open(self.log, "ab") as log:
             module = "tests.support.moto_counted" if self.counted else "moto.server"
+            env = dict(os.environ)
+            if self.open_requests is not None:
+                env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self.open_requests)
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, "-H", "127.0.0.1", "-p", str(self.port)],
                 cwd=Path(__file__).resolve().parents[2],
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -117,6 +124,34 @@ class S3Server:
             region_name=REGION,
         )
 
+    def user_without(self, action: str) -> dict[str, str]:
+        """The AWS_* variables of a new IAM user allowed every S3 request but `action` (e.g.
+        `s3:ListBucketMultipartUploads`); three of the server's `open_requests`."""
+        import json
+
+        import boto3
+
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+        iam.create_user(UserName="limited")
+        statements = [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"},
+            {"Effect": "Deny", "Action": action, "Resource": "*"},
+        ]
+        policy = json.dumps({"Version": "2012-10-17", "Statement": statements})
+        iam.put_user_policy(UserName="limited", PolicyName="limited", PolicyDocument=policy)
+        key = iam.create_access_key(UserName="limited")["AccessKey"]
+        return {
+            **self.env,
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+        }
+
     def make_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
 
@@ -147,6 +182,20 @@ class S3Server:
         client, found = self.client(), []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             found += [entry["Key"] for entry in page.get("Contents", ())]
+        return sorted(found)
+
+    def leave_incomplete_upload(self, bucket: str, key: str) -> None:
+        """A multipart upload of `key` with one part sent, never completed nor aborted: what a run killed
+        (SIGKILL, a lost machine) in the middle of uploading `key` leaves on the server."""
+        client = self.client()
+        upload = client.create_multipart_upload(Bucket=bucket, Key=key)
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 100)
+
+    def incomplete_uploads(self, bucket: str) -> list[str]:
+        """The keys of the bucket's multipart uploads neither completed nor aborted."""
+        client, found = self.client(), []
+        for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
+            found += [upload["Key"] for upload in page.get("Uploads", ())]
         return sorted(found)
 
     def delete_keys(self, bucket: str, keys: list[str]) -> None:
