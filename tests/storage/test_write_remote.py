@@ -130,9 +130,9 @@ def test_a_write_aborts_the_incomplete_uploads_a_killed_run_left_for_its_keys(s3
     ), result.stderr
 
 
-def test_a_run_does_not_abort_its_own_multipart_uploads(s3, tmp_path):
-    """The leftovers are listed before the run uploads anything: its own uploads of the same keys, in
-    parts, are not among them and complete."""
+def test_a_shard_goes_up_in_parts_over_an_earlier_runs_incomplete_upload_of_it(s3, tmp_path):
+    """The earlier upload of the shard's key is aborted and the run's own, in parts, completes: an abort
+    takes only the upload it names."""
     s3.make_bucket("own")
     s3.leave_incomplete_upload("own", "out/shard-000000.tar")
     path = tmp_path / "big.jsonl"
