@@ -28,6 +28,7 @@ from prep.index.format import (
 from prep.index.meta import read_dataset_yaml, read_shard_counts, read_splits
 from prep.index.metadataset import metadataset_error, metadataset_file
 from prep.index.sqlite import IndexReader, PartLocation
+from prep.index.staging import local_path
 
 _CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
 
@@ -122,10 +123,13 @@ class PreparedDataset:
             ) from None
 
     def shard_path(self, shard: str) -> Path:
-        return self.root / shard
+        """The shard's file: at its `local_path`, the shard's own name for any name a local file can
+        have, and the name a bucket dataset's local mirror holds it under for a longer one."""
+        return self.root / local_path(shard)
 
     def tar_index_path(self, shard: str) -> Path:
-        return self.root / tar_index_name(shard)
+        """The shard's `.tar.idx`, at its `local_path` (see `shard_path`)."""
+        return self.root / local_path(tar_index_name(shard))
 
     def read_tar_index(self, shard: str) -> np.ndarray:
         """A shard's `.tar.idx` as uint64 offsets: sample starts, then the end of the last sample."""

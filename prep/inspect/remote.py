@@ -2,7 +2,8 @@
 
 The mirror is a folder under `--tmp-path` (a temporary one by default, removed afterwards) holding the
 dataset's `.nv-meta/` and `.tar.idx` files as they are in the bucket, and each shard the bucket has as a
-sparse file of the shard's size, so the local commands run on it unchanged:
+sparse file of the shard's size, each at its key's `local_path` (a key's path part may be longer than a
+local file name; `PreparedDataset` reads there too), so the local commands run on it unchanged:
 
 - `info` reads the index and the shards' sizes: nothing of the shards is fetched;
 - `preview` reads the parts it shows from the bucket by ranged GETs (`RemoteDataset.read_part`);
@@ -38,6 +39,7 @@ from prep.index.format import (
 from prep.index.meta import read_shard_counts
 from prep.index.metadataset import metadataset_error
 from prep.index.sqlite import PartLocation
+from prep.index.staging import local_path
 from prep.inspect.verify import Problem, VerifyReport, verify_dataset
 from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
@@ -120,7 +122,7 @@ def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
 
 
 def _download(store: ObjectStore, root: Path, name: str) -> None:
-    target = root / name
+    target = root / local_path(name)
     if target.exists():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,7 @@ def _download(store: ObjectStore, root: Path, name: str) -> None:
 
 def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: str) -> None:
     """The shard as a sparse file of its size, with the bytes `fill` asks for at their places."""
-    path = root / shard
+    path = root / local_path(shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as file:
         file.truncate(size)
@@ -169,7 +171,7 @@ def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: s
 
 def _indexed_header_offsets(root: Path, shard: str) -> list[int]:
     """Where the `.tar.idx` says the shard's samples start: their headers are what verify checks first."""
-    path = root / tar_index_name(shard)
+    path = root / local_path(tar_index_name(shard))
     if not path.is_file() or path.stat().st_size % TAR_INDEX_ENTRY.size:
         return []
     return np.fromfile(path, dtype=f"<u{TAR_INDEX_ENTRY.size}").astype(np.int64)[:-1].tolist()

@@ -21,7 +21,7 @@ import sqlite3
 import stat
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -30,7 +30,16 @@ from prep.errors import PrepError, ShardError
 from prep.index.columns import TextColumn, segment_gather
 from prep.index.dataset import PreparedDataset
 from prep.index.dataset_yaml import TEMPLATE_FIELD, field_map_parts
-from prep.index.format import AUX_NAME, AUX_PART, DATASET_YAML, INDEX_SQLITE, INDEX_UUID, META_DIR, SPLIT_YAML
+from prep.index.format import (
+    AUX_NAME,
+    AUX_PART,
+    DATASET_YAML,
+    INDEX_SQLITE,
+    INDEX_UUID,
+    META_DIR,
+    SPLIT_YAML,
+    tar_index_name,
+)
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import unreadable_reason
@@ -485,37 +494,34 @@ def _check_shard(
             checker.problem(error.problem, error.advice)
             return
         index_path = dataset.tar_index_path(shard)
+        index_name = PurePosixPath(tar_index_name(shard)).name  # not the name a mirror may cut to fit
         if not index_path.exists():
-            checker.problem(f"has no offset file {index_path.name}; energon's loader needs it.")
+            checker.problem(f"has no offset file {index_name}; energon's loader needs it.")
             return
         if index_path.is_dir():  # prepare cannot put its offset file in place of a folder
-            checker.problem(
-                f"{index_path.name} is a folder, not an offset file.", "remove it, then " + REPREPARE
-            )
+            checker.problem(f"{index_name} is a folder, not an offset file.", "remove it, then " + REPREPARE)
             return
         index_bytes = index_path.stat().st_size
         if index_bytes % 8:
-            checker.problem(
-                f"{index_path.name} is {index_bytes} bytes, not a whole number of 8-byte offsets."
-            )
+            checker.problem(f"{index_name} is {index_bytes} bytes, not a whole number of 8-byte offsets.")
             return
         try:
             offsets = dataset.read_tar_index(shard)
         except OSError as error:
             checker.problem(
-                f"{index_path.name} cannot be read ({error.strerror}).", READABLE + ", or " + REPREPARE
+                f"{index_name} cannot be read ({error.strerror}).", READABLE + ", or " + REPREPARE
             )
             return
         if len(offsets) == 0:
-            checker.problem(f"{index_path.name} is empty but .info.json counts {count} samples.")
+            checker.problem(f"{index_name} is empty but .info.json counts {count} samples.")
             return
         if len(offsets) != count + 1:
             checker.problem(
-                f"{index_path.name} holds {len(offsets) - 1} sample offsets but .info.json counts {count} samples."
+                f"{index_name} holds {len(offsets) - 1} sample offsets but .info.json counts {count} samples."
             )
             return
         if np.any(np.diff(offsets) <= 0) and count:
-            checker.problem(f"{index_path.name} offsets do not increase; the file is damaged.")
+            checker.problem(f"{index_name} offsets do not increase; the file is damaged.")
             return
         end = int(offsets[-1])
         if not _check_tail(checker, fd, end, file_size) or not indexed:

@@ -118,3 +118,34 @@ def test_a_metadataset_in_a_bucket_is_named_with_its_datasets_not_sent_to_prepar
             " Give one of the datasets it names: s3://inspect-poly/poly/primary (split train)."
             in result.stderr
         ), result.stderr
+
+
+def test_a_bucket_dataset_whose_key_is_too_long_for_a_local_file_is_verified_shown_and_previewed(
+    s3, tmp_path
+):
+    """A bucket key may have a path part longer than a local file name: the mirror holds such a shard and
+    its index under the name a bucket prepare builds them under (`local_path`), as the dataset says."""
+    from prep.prepare.remote import prepare_remote
+    from prep.prepare.run import PrepareOptions
+    from tests.support.shards import sample_members, write_tarfile
+
+    keys = {"a.tar": "a.tar", "b.tar": "L" * 250 + ".tar", "c.tar": "x" + "é" * 150 + "/c.tar"}
+    s3.make_bucket("inspect-long")
+    for name, key in keys.items():
+        shard = write_tarfile(tmp_path / name, sample_members(name[0], 3))
+        s3.client().put_object(Bucket="inspect-long", Key=f"ds/{key}", Body=shard.read_bytes())
+    address = "s3://inspect-long/ds"
+    prepare_remote(address, PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset"))
+    for deep in (False, True):
+        report = verify_remote(address, deep=deep)
+        assert report.healthy and not report.warnings, (report.problems, report.warnings)
+        assert (report.shards, report.samples) == (3, 9)
+    info = run_shardprep("info", address, "--json", check=True).stdout
+    assert json.loads(info)["samples"] == 9
+    shown = run_shardprep("preview", address, "-n", "9", check=True).stdout
+    assert all(f"{prefix}0000" in shown for prefix in "abc"), shown
+    s3.client().delete_object(Bucket="inspect-long", Key=f"ds/{keys['b.tar']}.idx")
+    problems = verify_remote(address).problems
+    assert [(problem.where, problem.what) for problem in problems] == [
+        (keys["b.tar"], f"has no offset file {keys['b.tar']}.idx; energon's loader needs it.")
+    ]
