@@ -653,20 +653,29 @@ def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str
     return problems
 
 
-def _no_split_problems(
-    dataset: PreparedDataset, splits: dict[str, list[str]], samples: dict[int, dict], root: str
-) -> list[Problem]:
-    """A problem when no split of split.yaml has a sample for energon to load. energon's loader cannot
-    load a split that names no shard (it raises EmptyDatasetError, 'No shards found in split part'), and
-    one whose every sample `exclude` drops yields none (its training loader waits for ever, or stops when
-    the shards hold none); a dataset
-    with some split to load is left alone (prepare leaves val and test empty unless asked).
+#: The splits energon's validation loader (`get_val_dataset`) is given, which ends on an empty one; any
+#: other split may be trained on, whose loader waits for ever on a split with no sample to load.
+EVALUATION_SPLITS = ("val", "test")
 
-    `samples` (index.sqlite's, by tar_file_id) tells which excluded keys are samples of their shard.
-    """
+
+@dataclass(frozen=True)
+class _SplitCount:
+    """How many of a split's named shards are indexed, and their samples: held, and left in by `exclude`."""
+
+    shards: int = 0
+    held: int = 0
+    loadable: int = 0
+
+
+def _split_counts(
+    dataset: PreparedDataset, splits: dict[str, list[str]], samples: dict[int, dict]
+) -> dict[str, _SplitCount]:
+    """Each split's `_SplitCount`. `samples` (index.sqlite's, by tar_file_id) tells which excluded keys are
+    samples of their shard."""
     excluded = dataset.excluded_samples()
-    held = loadable = 0
-    for names in splits.values():
+    counts = {}
+    for split, names in splits.items():
+        shards = held = loadable = 0
         for name in names:
             if name not in dataset.shard_counts:
                 continue  # named as not indexed, where the split is checked
@@ -674,10 +683,58 @@ def _no_split_problems(
             count, dropped = dataset.shard_counts[name], excluded.get(tar_file_id, set())
             if len(dropped) >= count and tar_file_id in samples:  # a key not in the shard drops nothing
                 dropped = dropped & samples[tar_file_id]["key"].distinct()
+            shards += 1
             held += count
             loadable += max(count - len(dropped), 0)
-    if loadable:
-        return []
+        counts[split] = _SplitCount(shards, held, loadable)
+    return counts
+
+
+def _split_problems(
+    dataset: PreparedDataset, splits: dict[str, list[str]], samples: dict[int, dict], root: str
+) -> tuple[list[Problem], list[Problem]]:
+    """(problems, warnings) of splits with no sample for energon to load.
+
+    No split with a sample is one problem (`_no_split_problem`). With some split to load, a split that
+    names shards but loads none of their samples (`exclude` drops each, or they hold none) is a problem,
+    as energon's training loader on it waits for ever (or stops: 'Cannot repeat empty dataset
+    indefinitely'), and a warning for val and test, whose validation loader yields no sample without
+    saying why. A split that names no shard is left alone: energon raises EmptyDatasetError ('No shards
+    found in split part') when it is loaded, and prepare leaves val and test so unless asked.
+    """
+    counts = _split_counts(dataset, splits, samples)
+    if not any(count.loadable for count in counts.values()):
+        return [_no_split_problem(splits, counts, root)], []
+    problems, warnings = [], []
+    for split, count in counts.items():
+        if not count.shards or count.loadable:
+            continue
+        shards = ", ".join(splits[split][:MAX_EXAMPLES]) + (
+            ", ..." if len(splits[split]) > MAX_EXAMPLES else ""
+        )
+        if count.held:
+            what = f"`exclude` drops every sample of the {count.shards} shard(s) split {split!r} names ({shards})"
+            fix = f"remove some of the samples of split {split!r} from `exclude` in {SPLIT_YAML}"
+        else:
+            what = f"the {count.shards} shard(s) split {split!r} names ({shards}) hold no sample"
+            fix = f"add shards that hold samples (members named KEY.PART) to split {split!r} in {SPLIT_YAML}"
+        problem = Problem(
+            f"{META_DIR}/{SPLIT_YAML}",
+            what
+            + ", so energon loads none from it: its validation loader yields no sample from it, without an"
+            " error (a split that names no shard raises EmptyDatasetError), and a training loader on it"
+            + (" waits for ever." if count.held else " stops ('Cannot repeat empty dataset indefinitely')."),
+            fix + f", or, if it is meant to be empty, name no shard under {split!r} in `split_parts`",
+        )
+        (warnings if split in EVALUATION_SPLITS else problems).append(problem)
+    return problems, warnings
+
+
+def _no_split_problem(splits: dict[str, list[str]], counts: dict[str, _SplitCount], root: str) -> Problem:
+    """The problem of a split.yaml that leaves no split a sample to load. energon's loader cannot load a
+    split that names no shard (it raises EmptyDatasetError, 'No shards found in split part'), and one
+    whose every sample `exclude` drops yields none (its training loader waits for ever, or stops when
+    the shards hold none)."""
     named = ", ".join(f"{split!r} ({len(names)} shard(s))" for split, names in splits.items()) or "none"
     fix = (
         f"name the shards of each split under `split_parts` in {SPLIT_YAML} and exclude only the samples not"
@@ -688,7 +745,7 @@ def _no_split_problems(
             f"no split names a shard that `exclude` leaves in (splits: {named}): energon's loader cannot load"
             " any of them (it raises EmptyDatasetError, 'No shards found in split part')."
         )
-    elif not held:
+    elif not any(count.held for count in counts.values()):
         what = (
             f"the shards the splits name hold no sample (splits: {named}): energon's loader finds none in"
             " any split (a training loader stops: 'Cannot repeat empty dataset indefinitely')."
@@ -699,7 +756,7 @@ def _no_split_problems(
             f"`exclude` drops every sample of the shards the splits name (splits: {named}): energon's"
             " loader finds no sample in any split (a training loader waits for ever)."
         )
-    return [Problem(f"{META_DIR}/{SPLIT_YAML}", what, fix)]
+    return Problem(f"{META_DIR}/{SPLIT_YAML}", what, fix)
 
 
 def _null_rows(dataset: PreparedDataset, error: NullRowsError) -> str:
@@ -838,7 +895,9 @@ def verify_dataset(
                 )
                 sqlite_problem = report.problems[-1]
         if split_yaml_read and not auxiliary:  # energon reads an auxiliary dataset's members by name
-            report.problems.extend(_no_split_problems(dataset, splits, samples, root_text))
+            split_problems, split_warnings = _split_problems(dataset, splits, samples, root_text)
+            report.problems.extend(split_problems)
+            report.warnings.extend(split_warnings)
         report.problems.extend(_module_problems(dataset, config, dataset_config))
         if parts:
             report.problems.extend(_unread_fields(config, parts, dataset_config))

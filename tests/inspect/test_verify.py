@@ -278,6 +278,58 @@ def test_a_split_yaml_leaving_no_split_a_sample_to_load_is_a_problem(tmp_path, s
     assert report.healthy, report.problems
 
 
+def test_a_split_whose_every_sample_is_excluded_is_a_problem_for_train_and_a_warning_for_val(tmp_path):
+    """With another split to load, a split whose shards `exclude` empties sample by sample still loads
+    nothing: energon's training loader on it waits for ever (a problem), its validation loader yields no
+    sample without saying why (a warning for val and test). prepare's output, whose val and test name no
+    shard (energon raises EmptyDatasetError for those), stays healthy without a warning."""
+    dataset = tmp_path / "d"
+    for prefix in "ab":
+        write_tarfile(dataset / f"{prefix}.tar", sample_members(f"{prefix}-", 3))
+    prepare_dataset(dataset, sample_type="CrudeWebdataset", split_ratio="1,0,0")
+    report = verify_dataset(dataset)
+    assert report.healthy and not report.warnings, (report.problems, report.warnings)
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    drop_b = [f"b.tar/b-{i:05d}" for i in range(3)]
+    split_yaml.write_text(
+        yaml.safe_dump({"split_parts": {"train": ["a.tar"], "val": ["b.tar"], "test": []}, "exclude": drop_b})
+    )
+    report = verify_dataset(dataset)
+    assert report.healthy, report.problems
+    [warning] = report.warnings
+    assert warning.where == ".nv-meta/split.yaml"
+    assert warning.what.startswith("`exclude` drops every sample of the 1 shard(s) split 'val' names"), (
+        warning
+    )
+    assert "validation loader yields no sample" in warning.what
+    assert "from `exclude` in split.yaml" in warning.fix
+    split_yaml.write_text(
+        yaml.safe_dump({"split_parts": {"train": ["b.tar"], "val": ["a.tar"]}, "exclude": drop_b})
+    )
+    [problem] = problems_of(dataset)
+    assert problem.what.startswith("`exclude` drops every sample of the 1 shard(s) split 'train' names"), (
+        problem
+    )
+    assert "training loader on it waits for ever" in problem.what
+    assert not verify_dataset(dataset).warnings
+    result = run_shardprep("verify", str(dataset))
+    assert result.returncode == 1 and "PROBLEM .nv-meta/split.yaml: `exclude` drops" in result.stdout
+
+
+def test_a_val_split_of_shards_that_hold_no_sample_is_a_warning_while_train_has_samples(tmp_path):
+    dataset = tmp_path / "d"
+    write_tarfile(dataset / "a.tar", sample_members("a-", 3))
+    write_tarfile(dataset / "b.tar", [("README", b"no KEY.PART member")])
+    prepare_dataset(dataset, sample_type="CrudeWebdataset", split_ratio="1,0,0")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    split_yaml.write_text(yaml.safe_dump({"split_parts": {"train": ["a.tar"], "val": ["b.tar"]}}))
+    report = verify_dataset(dataset)
+    assert report.healthy, report.problems
+    [warning] = report.warnings
+    assert warning.what.startswith("the 1 shard(s) split 'val' names (b.tar) hold no sample"), warning
+    assert warning.fix.startswith("add shards that hold samples (members named KEY.PART) to split 'val'")
+
+
 def test_a_dataset_whose_shards_hold_no_sample_is_a_problem_prepare_again_cannot_fix(tmp_path):
     dataset = tmp_path / "d"
     write_tarfile(dataset / "a.tar", [("README", b"no KEY.PART member")])
