@@ -4,7 +4,9 @@ where the YAML says.
 
 Every dataset reference is a mapping with a `path` (under `splits`, and inside `blend`, `join` and
 `blend_epochized` lists and mappings); its `aux` mapping names auxiliary datasets, `filesystem://PATH`
-for a plain folder of files, or a prepared dataset's path. Relative paths start at the YAML's folder, as
+for a plain folder of files, or a prepared dataset's path. The dataset's split energon loads for a
+metadataset split is the nearest `split_part` at or above the reference (its own, or its `join`'s), else
+the metadataset split's name, read from the reference's `split_config` (split.yaml unless given). Relative paths start at the YAML's folder, as
 energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in object
 storage (`msc://`, `s3://`) are left out: only local folders can be checked here. The YAML is read with
 the safe loader.
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.index.format import DATASET_YAML, META_DIR, METADATASET_YAML
+from prep.index.format import DATASET_YAML, META_DIR, METADATASET_YAML, SPLIT_YAML
 
 #: A reference with a scheme (`msc://`, `s3://`, `filesystem://`, `filesystem+s3://`).
 _URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<path>.*)", re.IGNORECASE)
@@ -50,6 +52,10 @@ class DatasetReference:
     aux: tuple[AuxReference, ...]
     #: The dataset config in the dataset's `.nv-meta` (the reference's `dataset_config`).
     dataset_config: str = DATASET_YAML
+    #: The dataset's split energon loads for `split` (a `split_part` of the reference or its `join`, else
+    #: `split`), from its `.nv-meta/{split_config}`.
+    split_part: str = ""
+    split_config: str = SPLIT_YAML
 
 
 def metadataset_file(location: Path) -> Path | None:
@@ -63,7 +69,9 @@ def metadataset_file(location: Path) -> Path | None:
 
 
 def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
-    """Every local dataset reference of the metadataset YAML at `path`, nested metadatasets read in turn.
+    """Every local dataset reference of the metadataset YAML at `path`, nested metadatasets read in turn,
+    each whole (energon loads, of a nested one, the split its reference loads: the rest is read as if it
+    were loaded on its own).
 
     PrepError naming the file when it cannot be read or is not a metadataset.
     """
@@ -82,7 +90,8 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
         )
     references: list[DatasetReference] = []
     for split, node in document["splits"].items():
-        for written, aux, config in _references(node):
+        for reference, split_part in _references(node, str(split)):
+            written = reference["path"]
             resolved = _resolve(path, written)
             if resolved is None:
                 continue
@@ -91,26 +100,39 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
                     raise PrepError(f"{path} names metadatasets more than {MAX_NESTING} deep (a loop?).")
                 references.extend(read_metadataset(resolved, _depth + 1))
                 continue
-            references.append(DatasetReference(path, str(split), written, resolved, _aux(path, aux), config))
+            aux = reference.get("aux")
+            references.append(
+                DatasetReference(
+                    path,
+                    str(split),
+                    written,
+                    resolved,
+                    _aux(path, aux if isinstance(aux, dict) else {}),
+                    _text(reference, "dataset_config", DATASET_YAML),
+                    split_part,
+                    _text(reference, "split_config", SPLIT_YAML),
+                )
+            )
     return references
 
 
-def _references(node: object) -> list[tuple[str, dict, str]]:
-    """(path text, aux mapping, dataset config) of every mapping with a `path` at or below `node`."""
+def _references(node: object, split_part: str) -> list[tuple[dict, str]]:
+    """(mapping, the split it loads) of every mapping with a `path` at or below `node`; `split_part` is the
+    split loaded where no mapping on the way names one."""
     if isinstance(node, list):
-        return [found for item in node for found in _references(item)]
+        return [found for item in node for found in _references(item, split_part)]
     if not isinstance(node, dict):
         return []
+    split_part = _text(node, "split_part", split_part)
     if isinstance(node.get("path"), str):
-        aux, config = node.get("aux"), node.get("dataset_config")
-        return [
-            (
-                node["path"],
-                aux if isinstance(aux, dict) else {},
-                config if isinstance(config, str) else DATASET_YAML,
-            )
-        ]
-    return [found for value in node.values() for found in _references(value)]
+        return [(node, split_part)]
+    return [found for value in node.values() for found in _references(value, split_part)]
+
+
+def _text(mapping: dict, name: str, default: str) -> str:
+    """`mapping[name]` if it is a text, else `default`."""
+    value = mapping.get(name)
+    return value if isinstance(value, str) else default
 
 
 def _resolve(metadataset: Path, written: str) -> Path | None:

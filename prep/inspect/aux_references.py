@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,12 +35,14 @@ class Reference:
     problem: str = ""
 
 
-def loaded_references(primary: PreparedDataset) -> list[Reference]:
-    """Every reference of the samples energon loads (those of a split, less those `exclude`d one by
-    one), in shard order. A shard that cannot be read is left out: verifying the primary dataset says
-    what is wrong with it."""
-    in_splits = {name for names in primary.splits().values() for name in names}
-    excluded = primary.excluded_samples()
+def loaded_references(primary: PreparedDataset, splits: Collection[str], split_file: str) -> list[Reference]:
+    """Every reference of the samples energon loads from `splits` of the split file (their shards' samples,
+    less those `exclude`d one by one), in shard order. A shard that cannot be read is left out: verifying
+    the primary dataset says what is wrong with it."""
+    in_splits = {
+        name for split, names in primary.splits(split_file).items() if split in splits for name in names
+    }
+    excluded = primary.excluded_samples(split_file)
     references: list[Reference] = []
     unreadable: set[int] = set()
     for key, location in primary.index.parts_named(AUX_PART):

@@ -935,13 +935,15 @@ def verify_dataset(
 
 def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport:
     """Check a metadataset: every dataset it names verified (its problems named by its path), every
-    dataset and auxiliary folder it names there, and every file the primary samples' `aux.json` names
-    in the auxiliary dataset. energon's loader skips, without saying why, every sample whose auxiliary
-    folder or file is gone, so each is a problem here."""
+    dataset and auxiliary folder it names there, and every file the `aux.json` of the primary samples
+    it loads names in the auxiliary dataset (the samples of the split each reference loads: its
+    `split_part`, else the metadataset's split, in its `split_config`). energon's loader skips, without
+    saying why, every sample whose auxiliary folder or file is gone, so each is a problem here."""
     report = VerifyReport(str(metadataset), deep)
     where = metadataset.name
     checked: set[tuple[Path, str]] = set()
-    joined: set[tuple[Path, Path]] = set()  # (primary, auxiliary) whose references are checked
+    #: The splits loaded of each (primary, split file, auxiliary), whose samples' references are checked.
+    joined: dict[tuple[Path, str, Path], tuple[DatasetReference, AuxReference, set[str]]] = {}
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -1000,26 +1002,30 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
                 report.problems.append(problem)
             elif not aux.folder:
                 add(aux.path, os.path.relpath(aux.path, metadataset.parent), aux=True)
-            if aux.name == AUX_NAME and aux.path.is_dir() and (reference.path, aux.path) not in joined:
-                joined.add((reference.path, aux.path))
-                report.problems.extend(_reference_problems(reference, aux, metadataset.parent))
+            if aux.name == AUX_NAME and aux.path.is_dir():
+                key = (reference.path, reference.split_config, aux.path)
+                joined.setdefault(key, (reference, aux, set()))[2].add(reference.split_part)
+    for reference, aux, splits in joined.values():
+        report.problems.extend(_reference_problems(reference, aux, splits, metadataset.parent))
     return report
 
 
-def _reference_problems(reference: DatasetReference, aux: AuxReference, folder: Path) -> list[Problem]:
-    """A problem for each sample of the primary dataset whose `aux.json` names a file the auxiliary
-    dataset does not have (energon's loader skips it silently), or that names none; `folder` is the
-    metadataset's, which the problems' paths start at. Nothing if either dataset cannot be read: their
-    own checks say why."""
+def _reference_problems(
+    reference: DatasetReference, aux: AuxReference, splits: set[str], folder: Path
+) -> list[Problem]:
+    """A problem for each sample of the primary dataset's `splits` (those the metadataset loads, from the
+    reference's split file) whose `aux.json` names a file the auxiliary dataset does not have (energon's
+    loader skips it silently), or that names none; `folder` is the metadataset's, which the problems'
+    paths start at. Nothing if either dataset cannot be read: their own checks say why."""
     try:
         with PreparedDataset(reference.path) as primary:
-            references = loaded_references(primary)
+            references = loaded_references(primary, splits, reference.split_config)
         names = {found.name for found in references if found.name is not None}
         present = folder_files(aux.path, names) if aux.folder else dataset_files(aux.path)
     except (PrepError, sqlite3.Error):
         return []
     prefix = os.path.relpath(reference.path, folder)
-    split_yaml = f"{prefix}/{META_DIR}/{SPLIT_YAML}"
+    split_yaml = f"{prefix}/{META_DIR}/{reference.split_config}"
     problems = []
     dangling = [found for found in references if found.name not in present]
     for found in dangling[:MAX_EXAMPLES]:

@@ -720,6 +720,41 @@ def test_a_media_file_a_sample_reads_that_the_auxiliary_dataset_lacks_is_named_w
     assert report.healthy, report.problems
 
 
+def test_media_files_are_checked_for_the_samples_of_the_split_each_reference_loads(tmp_path):
+    """energon loads, for a metadataset split, the dataset's split its reference's `split_part` names (the
+    metadataset's split when none): a sample of a split no reference loads reads no media, so a file
+    missing for it is no problem, until a reference loads its split."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    (folder / "primary" / ".nv-meta" / "split.yaml").write_text(
+        yaml.safe_dump({"split_parts": {"train": ["shard-000000.tar"], "val": ["shard-000001.tar"]}})
+    )
+    (folder / "media" / "k05.jpg").unlink()  # k05 is in shard-000001.tar, the primary's val split
+    metadataset = folder / "metadataset.yaml"
+    reference = {"path": "primary", "aux": {"media": "filesystem://media"}}
+
+    def write(splits: dict) -> None:
+        metadataset.write_text(
+            yaml.safe_dump({"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": splits})
+        )
+
+    write({"train": reference, "val": {**reference, "split_part": "train"}})
+    report = verify_metadataset(metadataset)
+    assert report.healthy, report.problems
+    write({"train": reference, "test": {**reference, "split_part": "val"}})
+    [problem] = verify_metadataset(metadataset).problems
+    assert problem.where == "primary/shard-000001.tar"
+    assert problem.what.startswith("sample 'k05' (its aux.json at byte "), problem
+    (folder / "primary" / ".nv-meta" / "all.yaml").write_text(
+        yaml.safe_dump({"split_parts": {"train": ["shard-000000.tar", "shard-000001.tar"]}})
+    )
+    write({"train": {**reference, "split_config": "all.yaml"}})
+    [problem] = verify_metadataset(metadataset).problems
+    assert problem.what.startswith("sample 'k05' (its aux.json at byte "), problem
+    assert problem.fix.endswith("`shard-000001.tar/k05` to `exclude` in primary/.nv-meta/all.yaml")
+
+
 def tar_members_of(shard: Path) -> list[tuple[str, bytes]]:
     with tarfile.open(shard) as tar:
         return [(member.name, tar.extractfile(member).read()) for member in tar.getmembers()]
