@@ -220,3 +220,11 @@ def test_ids_out_made_from_padded_ids_are_the_padded_ids_out(targets):
     ids, lengths = pad_sequences([i for i, _ in pairs], pad_id=0)
     expected, _ = pad_sequences([o for _, o in pairs], pad_id=0)
     assert shifted_targets(ids, lengths, eos_id=2, pad_id=0).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("word", ["²-1", "٣-٠", "０-１"])
+def test_an_alignment_pair_of_digits_other_than_ascii_is_not_a_pharaoh_pair(word):
+    """`str.isdigit` takes superscripts (which `int` then refuses with its own message) and other
+    scripts' digits (which `int` read as positions); OpenNMT-tf's `tf.strings.to_number` reads neither."""
+    with pytest.raises(ValueError, match=rf"alignment pair '{word}' is not a pharaoh pair i-j"):
+        alignment_matrix_from_pharaoh(f"0-0 {word}", 5, 5)
