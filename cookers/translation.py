@@ -31,6 +31,8 @@ from typing import Literal
 
 import numpy as np
 
+from prep.alignment import pharaoh_pair
+
 BatchType = Literal["examples", "tokens"]
 BATCH_TYPES: tuple[str, ...] = ("examples", "tokens")
 BucketSides = Literal["longer", "both"]
@@ -48,17 +50,11 @@ def alignment_pairs(line: str) -> np.ndarray:
     words = line.split()
     pairs = np.zeros((len(words), 2), dtype=np.int64)
     for number, word in enumerate(words):
-        left, dash, right = word.partition("-")
-        if not (dash and _is_position(left) and _is_position(right)):
+        pair = pharaoh_pair(word)
+        if pair is None:
             raise ValueError(f"alignment pair {word!r} is not a pharaoh pair i-j (in {line!r})")
-        pairs[number] = int(left), int(right)
+        pairs[number] = pair
     return pairs
-
-
-def _is_position(text: str) -> bool:
-    """Whether `text` is a pharaoh position: ASCII digits only (`str.isdigit` also takes superscripts and other
-    scripts' digits)."""
-    return text.isascii() and text.isdigit()
 
 
 def check_alignment(pairs: np.ndarray, source_length: int, target_length: int, line: str = "") -> None:

@@ -23,6 +23,7 @@ UNITS = {
     "prep.processes": 1,
     "prep.engines": 1,  # Ray as an engine beside prep.processes, imported only with --engine ray
     "prep.tar": 1,
+    "prep.alignment": 1,  # the pharaoh alignment format of parallel text, for write and the cookers
     "prep.media": 1,  # media headers (image size, format, mode): bytes and names, below the index
     "prep.index": 2,
     "prep.storage": 2.5,  # object storage (s3://, msc://): the bucket client, ranged reads, uploads in index order

@@ -192,6 +192,26 @@ def test_misaligned_parallel_text_and_bad_alignment(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("pair", ["²-1", "٣-٠", "０-１"])
+def test_an_alignment_pair_of_digits_other_than_ascii_is_a_reject_naming_it(
+    tmp_path: Path, pair: str
+) -> None:
+    """`str.isdigit` takes them: '²-1' ended the run in int()'s error, '٣-٠' was written as 3-0."""
+    from prep.write.sources import Reject
+    from prep.write.sources.parallel_text import ParallelTextSource
+
+    (tmp_path / "src").write_text("a b c d\n")
+    (tmp_path / "tgt").write_text("x y\n")
+    (tmp_path / "align").write_text(f"0-0 {pair}\n")
+    (source,) = ParallelTextSource.open([tmp_path / "src", tmp_path / "tgt", tmp_path / "align"])
+    (reject,) = list(source.records())
+    assert isinstance(reject, Reject)
+    assert (reject.where, reject.reason) == (
+        f"{tmp_path / 'align'}:1",
+        f"alignment {pair!r} is not a pharaoh pair i-j",
+    )
+
+
 def files_under(root: Path) -> list[str]:
     return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
+from prep.alignment import pharaoh_pair
 from prep.errors import PrepError
 from prep.write.sources import Record, Reject, Source, text_start
 
@@ -22,14 +23,14 @@ def alignment_problem(alignment: str, source: str, target: str) -> str | None:
     (True, 'source position 2 is past the 2 source tokens')
     """
     source_length, target_length = len(source.split()), len(target.split())
-    for pair in alignment.split():
-        left, dash, right = pair.partition("-")
-        if not dash or not left.isdigit() or not right.isdigit():
-            return f"{pair!r} is not a pharaoh pair i-j"
-        if int(left) >= source_length:
-            return f"source position {left} is past the {source_length} source tokens"
-        if int(right) >= target_length:
-            return f"target position {right} is past the {target_length} target tokens"
+    for word in alignment.split():
+        pair = pharaoh_pair(word)
+        if pair is None:
+            return f"{word!r} is not a pharaoh pair i-j"
+        if pair[0] >= source_length:
+            return f"source position {pair[0]} is past the {source_length} source tokens"
+        if pair[1] >= target_length:
+            return f"target position {pair[1]} is past the {target_length} target tokens"
     return None
 
 
