@@ -259,18 +259,26 @@ class FuseSession:
             room -= len(pieces[-1])
         # Each entry takes at least a header and a padded short name, so this many rows can be enough.
         limit = max(1, room // wire.dirent_size(8, plus))
-        listing = self.tree.list_dir(nodeid, after, limit)
-        is_dir = listing.is_dir
-        for shown, node, node_size, cookie in listing.entries:
-            name = shown.encode("utf-8", "surrogateescape")
-            if plus:
-                piece = packer.direntplus(node, cookie, name, is_dir, node_size)
-            else:
-                piece = packer.dirent(node, cookie, name, is_dir)
-            if len(piece) > room:
-                break
-            pieces.append(piece)
-            room -= len(piece)
+        done = False
+        while not done:
+            listing = self.tree.list_dir(nodeid, after, limit)
+            is_dir = listing.is_dir
+            for shown, node, node_size, cookie in listing.entries:
+                name = shown.encode("utf-8", "surrogateescape")
+                if len(name) > wire.NAME_MAX:  # left out, so the kernel takes the rest of the listing
+                    after = cookie
+                    continue
+                if plus:
+                    piece = packer.direntplus(node, cookie, name, is_dir, node_size)
+                else:
+                    piece = packer.dirent(node, cookie, name, is_dir)
+                if len(piece) > room:
+                    done = True
+                    break
+                pieces.append(piece)
+                room -= len(piece)
+            # An empty reply ends the listing: a page of names left out is followed by the next page.
+            done = done or bool(pieces) or not listing.entries
         self._reply(unique, b"".join(pieces))
 
     def _statfs(self, unique: int, nodeid: int, body: memoryview) -> None:

@@ -106,6 +106,9 @@ DIRENT_HEAD = struct.Struct("<QQII")  # ino, off (the cookie to resume after thi
 KSTATFS = struct.Struct("<QQQQQIIII6I")
 
 ENTRY_OUT_SIZE = ENTRY_OUT_HEAD.size + ATTR.size  # 128
+#: The longest name every kernel takes in a listing (FUSE_NAME_MAX; newer kernels take longer ones): a
+#: longer entry fails the whole listing with EIO.
+NAME_MAX = 1024
 DT_DIR = 4
 DT_REG = 8
 S_IFDIR = 0o040000

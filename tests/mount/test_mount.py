@@ -21,6 +21,7 @@ import pytest
 
 from prep.index.group import key_and_part
 from prep.mount.device import fuse_problem, mounted_here
+from prep.mount.wire import NAME_MAX
 from tests.support.datasets import (
     BIG_PART_BYTES,
     PREPARERS,
@@ -418,6 +419,27 @@ def test_hostile_names_stay_inside_the_mount_in_every_view(tmp_path):
                     assert os.path.realpath(os.path.join(folder, name)).startswith(top + os.sep)
             files = files_under(mounted.mountpoint)
             assert files, f"the {view} view is empty"
+
+
+@pytest.mark.parametrize("view", ["flat", "sample"])
+def test_a_name_too_long_for_the_kernel_hides_no_other_entry_of_its_folder(tmp_path, view):
+    # A listing entry whose name is longer than the kernel takes (FUSE_NAME_MAX) made it fail the
+    # listing with EIO, or (too long for the reply) end it early as if the folder ended there.
+    dataset = tmp_path / "long"
+    dataset.mkdir()
+    keys = ["a0", "e" * 5000, "b1", "n" * 1100, "c2", "x" * 70_000, "d3"]
+    with tarfile.open(dataset / "a.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        for key in keys:
+            member = tarfile.TarInfo(f"{key}.txt")
+            member.size = 2
+            tar.addfile(member, io.BytesIO(key[:2].encode()))
+    run_shardprep(
+        "prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True
+    )
+    shown = {"flat": [f"{key}.txt" for key in keys], "sample": keys}[view]
+    with Mounted(dataset, tmp_path / "mnt", "--view", view) as mounted:
+        listed = os.listdir(mounted.mountpoint)
+    assert listed == [name for name in shown if len(name) <= NAME_MAX]
 
 
 def dead_fuse_mount(mountpoint: Path, subtype: str) -> None:
