@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import OrderedDict
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,8 @@ from prep.index.sqlite import IndexReader, PartLocation
 from prep.index.staging import local_path
 
 _CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
+#: Shard files kept open at most: a dataset may have more shards than a process may open files.
+OPEN_SHARD_FILES = 256
 
 
 class PreparedDataset:
@@ -38,7 +42,8 @@ class PreparedDataset:
 
     Metadata is read once at construction; `index` queries `index.sqlite` (opened on first use), and
     shard files are opened lazily and kept open, so concurrent `read_part` calls share one descriptor per
-    shard (`pread` has no file position to fight over).
+    shard (`pread` has no file position to fight over). At most OPEN_SHARD_FILES stay open (fewer if the
+    process may open no more files): the least recently read one no read is using is closed first.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -60,7 +65,9 @@ class PreparedDataset:
         self.shards = list(self.shard_counts)
         self._shard_ids = {name: index for index, name in enumerate(self.shards)}
         self.index = IndexReader(self.sqlite_path)
-        self._fds: dict[int, int] = {}
+        #: tar_file_id -> open descriptor, least recently read first; descriptor -> reads using it now.
+        self._fds: OrderedDict[int, int] = OrderedDict()
+        self._fd_users: dict[int, int] = {}
         self._fd_lock = threading.Lock()
         self._nowait_reads = hasattr(os, "RWF_NOWAIT")
         #: Each split file as read (`read_splits`), once: a long `exclude` list takes seconds to parse.
@@ -159,15 +166,43 @@ class PreparedDataset:
         return found
 
     # -- bytes ------------------------------------------------------------------------------------
-    def _fd(self, tar_file_id: int) -> int:
-        fd = self._fds.get(tar_file_id)
-        if fd is None:
-            with self._fd_lock:
-                fd = self._fds.get(tar_file_id)
-                if fd is None:
-                    fd = os.open(self.shard_path(self.shards[tar_file_id]), os.O_RDONLY)
-                    self._fds[tar_file_id] = fd
+    def _take_fd(self, tar_file_id: int) -> int:
+        """An open descriptor of a shard, not closed until handed back with `_give_back_fd`."""
+        with self._fd_lock:
+            fd = self._fds.get(tar_file_id)
+            if fd is None:
+                fd = self._open_shard(tar_file_id)
+                self._fds[tar_file_id] = fd
+            else:
+                self._fds.move_to_end(tar_file_id)
+            self._fd_users[fd] = self._fd_users.get(fd, 0) + 1
         return fd
+
+    def _give_back_fd(self, fd: int) -> None:
+        with self._fd_lock:
+            users = self._fd_users.pop(fd) - 1
+            if users:
+                self._fd_users[fd] = users
+
+    def _open_shard(self, tar_file_id: int) -> int:
+        """Open a shard file, closing unused ones to stay within OPEN_SHARD_FILES and the process's limit
+        of open files. Called with `_fd_lock` held."""
+        path = self.shard_path(self.shards[tar_file_id])
+        if len(self._fds) >= OPEN_SHARD_FILES:
+            self._close_unused(1)
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError as error:
+            if error.errno != errno.EMFILE or not self._close_unused(len(self._fds)):
+                raise
+        return os.open(path, os.O_RDONLY)
+
+    def _close_unused(self, count: int) -> int:
+        """Close up to `count` shard files no read is using, least recently read first; how many."""
+        unused = list(islice((shard for shard, fd in self._fds.items() if fd not in self._fd_users), count))
+        for shard in unused:
+            os.close(self._fds.pop(shard))
+        return len(unused)
 
     def _range(self, location: PartLocation, offset: int, size: int | None) -> tuple[int, int]:
         """The shard offset and length of bytes `offset .. offset+size` of a part, clipped to the part."""
@@ -179,13 +214,16 @@ class PreparedDataset:
         start, size = self._range(location, offset, size)
         if size == 0:
             return b""
-        fd = self._fd(location.tar_file_id)
-        data = os.pread(fd, size, start)
-        while len(data) < size:  # pread may return short on some filesystems; EOF means a truncated shard
-            more = os.pread(fd, size - len(data), start + len(data))
-            if not more:
-                raise OSError(f"{self.shards[location.tar_file_id]} ends inside a part (truncated shard)")
-            data += more
+        fd = self._take_fd(location.tar_file_id)
+        try:
+            data = os.pread(fd, size, start)
+            while len(data) < size:  # pread may return short on some filesystems; EOF: a truncated shard
+                more = os.pread(fd, size - len(data), start + len(data))
+                if not more:
+                    raise OSError(f"{self.shards[location.tar_file_id]} ends inside a part (truncated shard)")
+                data += more
+        finally:
+            self._give_back_fd(fd)
         return data
 
     def read_part_cached(self, location: PartLocation, offset: int, into: memoryview) -> memoryview:
@@ -202,8 +240,9 @@ class PreparedDataset:
         if size == 0:
             return into[:0]
         buffer = into[:size]
+        fd = self._take_fd(location.tar_file_id)
         try:
-            got = os.preadv(self._fd(location.tar_file_id), [buffer], start, os.RWF_NOWAIT)
+            got = os.preadv(fd, [buffer], start, os.RWF_NOWAIT)
         except BlockingIOError:
             raise
         except OSError as error:
@@ -211,6 +250,8 @@ class PreparedDataset:
                 raise
             self._nowait_reads = False
             raise BlockingIOError(errno.EAGAIN, _CANNOT_TELL) from None
+        finally:
+            self._give_back_fd(fd)
         if got < size:  # partly cached, or the shard ends early: the waiting read sorts out which
             raise BlockingIOError(errno.EAGAIN, "part of the range is not in the page cache")
         return buffer

@@ -6,6 +6,7 @@ import errno
 import io
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -253,6 +254,26 @@ def test_a_part_whose_shard_went_missing_is_an_io_error_not_a_missing_file(base,
         with pytest.raises(OSError) as raised:
             path.read_bytes()
         assert raised.value.errno == errno.EIO
+
+
+def test_a_dataset_of_more_shards_than_the_server_may_open_files_reads_every_part(tmp_path):
+    # The server kept every shard it had read open: past its limit of open files (a soft limit of 1,024
+    # is common) each part of a further shard was an I/O error.
+    dataset = tmp_path / "shards"
+    dataset.mkdir()
+    for shard in range(40):
+        with tarfile.open(dataset / f"s{shard:02d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            member = tarfile.TarInfo(f"k{shard:02d}.txt")
+            member.size = 2
+            tar.addfile(member, io.BytesIO(b"%02d" % shard))
+    run_shardprep(
+        "prepare", str(dataset), "--non-interactive", "--split-ratio", "1,0,0", "--crude", check=True
+    )
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        room = len(os.listdir(f"/proc/{mounted.pid}/fd")) + 12
+        resource.prlimit(mounted.pid, resource.RLIMIT_NOFILE, (room, room))
+        for shard in range(40):
+            assert (mounted.mountpoint / f"k{shard:02d}.txt").read_bytes() == b"%02d" % shard
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,13 @@ that evictions and read-aheads happen all the time, in every order a kernel may 
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import pytest
 
+from prep.index import dataset as dataset_module
 from prep.index.dataset import PreparedDataset
 from prep.mount import tree as mount_tree
 from prep.mount.tree import ROOT, MountTree, View
@@ -92,5 +95,27 @@ def test_a_split_shows_only_its_shards_samples(base, small_cache):
         assert walk(tree) == inside
         assert all(look_up(tree, path) is None for path in outside)
         assert tree.usage() == (sum(len(data) for data in inside.values()), len(inside))
+    finally:
+        tree.close()
+
+
+def test_shard_files_open_at_once_stay_within_their_bound(base, small_cache, monkeypatch):
+    monkeypatch.setattr(dataset_module, "OPEN_SHARD_FILES", 2)
+    dataset = prepared_dataset(base, "shardprep")
+
+    def open_shards() -> int:
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed by now
+                link = os.readlink(f"/proc/self/fd/{fd}")
+                count += link.startswith(str(dataset)) and link.endswith(".tar")
+        return count
+
+    tree = MountTree(PreparedDataset(dataset), View.SHARD)
+    try:
+        expected = expected_files(dataset, View.SHARD)
+        for path in sorted(expected, key=lambda path: path.split("/")[1]):  # shard after shard, over and over
+            assert look_up(tree, path) == expected[path], path
+            assert open_shards() <= 2
     finally:
         tree.close()
