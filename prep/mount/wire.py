@@ -223,5 +223,6 @@ def pack_init_reply(kernel_flags: int, max_pages: int, kernel_minor: int = KERNE
 
 
 def pack_statfs(blocks: int, files: int) -> bytes:
-    """A `fuse_kstatfs` for a full, read-only filesystem of `blocks` 512-byte blocks."""
-    return KSTATFS.pack(blocks, 0, 0, files, 0, 512, 4096, 512, 0, *([0] * 6))
+    """A `fuse_kstatfs` for a full, read-only filesystem of `blocks` 512-byte blocks, whose names are
+    listed up to NAME_MAX bytes."""
+    return KSTATFS.pack(blocks, 0, 0, files, 0, 512, NAME_MAX, 512, 0, *([0] * 6))

@@ -354,7 +354,7 @@ def test_file_sizes_and_folder_attributes_come_from_the_index(base, tmp_path):
         folder = os.stat(mounted.mountpoint / "s0_000")
         assert stat.S_ISDIR(folder.st_mode) and folder.st_mode & 0o777 == 0o555
         usage = os.statvfs(mounted.mountpoint)
-        assert usage.f_files == len(expected)
+        assert usage.f_files == len(expected) and usage.f_namemax == NAME_MAX
         assert 0 <= usage.f_blocks * usage.f_frsize - sum(map(len, expected.values())) < usage.f_frsize
 
 
