@@ -135,8 +135,12 @@ def write_in_blocks(run: WriteRun, sources: list[Source], checkpoint: WriteCheck
             if saved is None and checkpoint is not None:
                 checkpoint.save_encoded(job.number, job.block, done)
             planner.add(done)
+            nbytes = sum(sum(segment.sizes) for segment in done.segments.values())
             run.samples += done.records
-            run.bytes += sum(sum(segment.sizes) for segment in done.segments.values())
+            run.bytes += nbytes
+            if saved is not None:
+                run.reused_samples += done.records
+                run.reused_bytes += nbytes
             run.stage("encoding blocks", job.number + 1, len(jobs), (reused, reusable))
         if problem is not None:  # a source that could not be cut, met after every record before it
             raise problem

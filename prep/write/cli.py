@@ -65,9 +65,10 @@ def _progress_text(progress: WriteProgress) -> str:
     if progress.stage:  # a write in blocks: where it is, and how long the stage has to go
         eta = f", ETA {duration(progress.eta)}" if progress.eta is not None else ""
         stage = f"{progress.stage} {progress.done:,}/{progress.total:,}{eta}; "
+    samples, nbytes = progress.samples - progress.reused_samples, progress.bytes - progress.reused_bytes
     return (
         f"{stage}written {progress.samples:,} samples, {progress.bytes / 1e6:,.1f} MB"
-        f" ({progress.samples / seconds:,.0f} samples/s, {progress.bytes / 1e6 / seconds:,.1f} MB/s)"
+        f" ({samples / seconds:,.0f} samples/s, {nbytes / 1e6 / seconds:,.1f} MB/s)"
         + (f", {progress.rejects:,} rejected" if progress.rejects else "")
     )
 

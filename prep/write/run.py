@@ -84,6 +84,10 @@ class WriteProgress:
     total: int = 0
     #: Seconds the stage will take yet, at its pace so far (None: not known yet).
     eta: float | None = None
+    #: Of `samples` and `bytes`, those of blocks an earlier run encoded (`--resume`): they took this run
+    #: no time, so a rate leaves them out.
+    reused_samples: int = 0
+    reused_bytes: int = 0
 
 
 @dataclass
@@ -149,6 +153,9 @@ class WriteRun:
         self.first_reject = ""
         self.samples = 0
         self.bytes = 0
+        #: Of those, the samples and bytes of blocks an earlier run encoded (`--resume`).
+        self.reused_samples = 0
+        self.reused_bytes = 0
         self.spool = (
             GroupSpool(self.primary.staging.meta_file("groups.spool")) if options.group_contiguous else None
         )
@@ -181,7 +188,14 @@ class WriteRun:
         """Tell the progress callback where the run is (only every `every` records)."""
         if self.progress is not None and (self.samples + self.rejects) % every == 0:
             self.progress(
-                WriteProgress(self.samples, self.bytes, self.rejects, time.perf_counter() - self.started)
+                WriteProgress(
+                    self.samples,
+                    self.bytes,
+                    self.rejects,
+                    time.perf_counter() - self.started,
+                    reused_samples=self.reused_samples,
+                    reused_bytes=self.reused_bytes,
+                )
             )
 
     def stage(self, stage: str, done: int, total: int, reused: tuple[int, int] = (0, 0)) -> None:
@@ -195,7 +209,18 @@ class WriteRun:
             eta = time_left(now - self._stage_started, done, total, reused)
             seconds = now - self.started
             self.progress(
-                WriteProgress(self.samples, self.bytes, self.rejects, seconds, stage, done, total, eta)
+                WriteProgress(
+                    self.samples,
+                    self.bytes,
+                    self.rejects,
+                    seconds,
+                    stage,
+                    done,
+                    total,
+                    eta,
+                    self.reused_samples,
+                    self.reused_bytes,
+                )
             )
 
     # -- the sink ---------------------------------------------------------------------------------------

@@ -149,6 +149,22 @@ def test_pieces_reused_are_left_out_of_the_stage_eta(tmp_path: Path, monkeypatch
     assert shards and all(state.eta is not None for state in shards)  # worked on here: a pace, an ETA
 
 
+def test_samples_of_reused_blocks_are_left_out_of_the_rate(tmp_path: Path) -> None:
+    """A resumed write takes the blocks an earlier run encoded at once: the samples/s and MB/s its
+    progress line shows count only what this run encoded, or a rerun that reuses nearly everything would
+    show a rate the input never went at."""
+    from prep.write.cli import _progress_text
+
+    good, bad, out = failed_write(tmp_path)
+    rows_file(bad, 300)
+    seen = []
+    summary = write_dataset(open_sources([good, bad]), out, maxcount=20, resume=True, progress=seen.append)
+    assert summary.resumed == (0, 30, 1, 2)  # a.jsonl's 300 samples were encoded by the failed run
+    last = seen[-1]
+    fresh = (last.samples - 300) / last.seconds
+    assert last.samples == 600 and f"({fresh:,.0f} samples/s" in _progress_text(last)
+
+
 def test_an_interrupted_overwrite_is_resumed_with_overwrite_not_called_finished(tmp_path: Path) -> None:
     """A write with --overwrite --resume that stops leaves the dataset it was replacing in place, beside
     its checkpoint; a rerun without --overwrite is refused, and must say to add it, not that the write
