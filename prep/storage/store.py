@@ -485,10 +485,26 @@ def _transient(error: Exception) -> bool:
         if _status(error) == 501:  # NotImplemented: the server does not have the request, and never will
             return False
         return _status(error) >= 500 or _status(error) == 429 or code in _TRANSIENT_CODES
+    if _untrusted_certificate(error):  # every try meets the same certificate
+        return False
     if isinstance(error, BotoCoreError):
         # refused or unreachable, a connect or read timeout, a connection closed or a body cut off
         return isinstance(error, (NoConnection, HTTPClientError, IncompleteReadError))
     return True  # OSError, http.client and urllib3 errors: the connection's
+
+
+def _untrusted_certificate(error: BaseException) -> bool:
+    """Whether `error` is, or was caused by, the server's TLS certificate failing verification."""
+    import ssl
+
+    seen: BaseException | None = error
+    for _ in range(8):  # botocore's SSLError wraps urllib3's, which wraps ssl's
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _describe(error: Exception) -> str:
@@ -505,7 +521,13 @@ def _describe(error: Exception) -> str:
             "403": "access denied; check the credentials and the bucket's policy.",
         }.get(code)
         return advice or f"{code} {message}".strip() + "."
-    return str(error).rstrip(".") if str(error) else type(error).__name__
+    text = str(error).rstrip(".") if str(error) else type(error).__name__
+    if _untrusted_certificate(error):
+        text += (
+            ". The server's TLS certificate is not one this machine trusts: set AWS_CA_BUNDLE to a PEM file"
+            " of the CA that signed it, or give the endpoint by the name its certificate is for."
+        )
+    return text
 
 
 def open_store(address: ObjectAddress, **options: Any) -> ObjectStore:

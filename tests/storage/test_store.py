@@ -144,3 +144,69 @@ def test_a_request_the_server_does_not_implement_is_not_retried() -> None:
 
     assert not _transient(answer(501, "NotImplemented"))
     assert _transient(answer(500, "InternalError")) and _transient(answer(503, "SlowDown"))
+
+
+def self_signed_tls_server(folder) -> tuple[str, list[int]]:
+    """An https endpoint on loopback whose certificate no CA vouches for (it only shakes hands), and the
+    list it counts its connections in."""
+    import datetime
+    import socket
+    import ssl
+    import threading
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    (folder / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    listener = socket.create_server(("127.0.0.1", 0))
+    connections: list[int] = []
+
+    def serve() -> None:
+        while True:
+            conn, _ = listener.accept()
+            connections.append(1)
+            try:
+                context.wrap_socket(conn, server_side=True).close()
+            except (OSError, ssl.SSLError):
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"https://127.0.0.1:{listener.getsockname()[1]}", connections
+
+
+def test_a_server_certificate_not_trusted_is_named_at_once_with_what_to_do(tmp_path, monkeypatch):
+    """A certificate the client does not trust fails every try alike: it is not retried, and the error
+    says to give the CA that signed it (AWS_CA_BUNDLE), not to check that the endpoint is up."""
+    pytest.importorskip("botocore")
+    endpoint, connections = self_signed_tls_server(tmp_path)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    store = open_store(parse_address("s3://tls/ds"), retry=RetryPolicy(attempts=3, first_delay=0.05))
+    with pytest.raises(StorageError) as raised:
+        store.list()
+    message = str(raised.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in message and "AWS_CA_BUNDLE" in message
+    assert "attempts" not in message and "is up and reachable" not in message
+    assert len(connections) <= 2  # one try (its connection pool opens two); three tries opened six
