@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,20 @@ def test_a_read_only_folder_is_refused_clearly(small_disk: Path, tmp_path: Path)
         run_shardprep("write", str(tmp_path / "rows.jsonl"), str(dataset / "out")), "Read-only file system"
     )
     assert snapshot(dataset) == before
+
+
+def test_a_disk_filled_by_the_shards_index_files_is_named_not_the_shards(small_disk: Path) -> None:
+    """A full disk met where a worker writes a shard's `.tar.idx` is the run's problem, reported as the
+    full disk it is (as one met writing index.sqlite is), not as each shard scanned since failing to be
+    indexed, with nothing said of the space to free."""
+    subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+    dataset = small_disk / "d"
+    for number in range(4):  # each .tar.idx 24 KB
+        members = [(f"s{number}-{i:05d}.txt", b"") for i in range(3000)]
+        write_tarfile(dataset / f"s{number}.tar", members, fmt=tarfile.USTAR_FORMAT)
+    usage = os.statvfs(small_disk)
+    # room for index.sqlite's first pages, not for one .tar.idx
+    (small_disk / "filler").write_bytes(bytes(usage.f_bavail * usage.f_frsize - 40 * 1024))
+    result = run_shardprep("prepare", str(dataset), *FLAGS, "--num-workers", "2")
+    clean_failure(result, "No space left on the device", "Free some space there")
+    assert "could not be indexed" not in result.stderr

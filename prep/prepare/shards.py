@@ -73,8 +73,9 @@ def reindexed_shards(root: Path, exclude: str | None = None, name: str | None = 
 
 
 def index_shard(root: str, shard: str, tar_file_id: int, staged_tar_index: str) -> ShardRows | ShardError:
-    """Worker task: index one shard and write its staged `.tar.idx`. Errors come back as values, not
-    raised, so the main process can go on and report every bad shard at once."""
+    """Worker task: index one shard and write its staged `.tar.idx`. The shard's errors come back as
+    values, not raised, so the main process can go on and report every bad shard at once; one writing
+    the `.tar.idx` (a full disk) is the run's, and raised."""
     return scan_shard(root, shard, tar_file_id, staged_tar_index)
 
 
@@ -82,18 +83,19 @@ def scan_shard(
     root: str, shard: str, tar_file_id: int, staged_tar_index: str | None = None
 ) -> ShardRows | ShardError:
     """Index one shard, writing its staged `.tar.idx` if given (a Ray worker on another machine writes
-    none: the driver does, from the rows). Errors come back as values, as from `index_shard`."""
+    none: the driver does, from the rows). Errors come and go as from `index_shard`."""
     keep_scan_memory()
     rows = None
     try:
-        rows = shard_rows(os.path.join(root, shard), shard, tar_file_id)
-        if staged_tar_index is not None:
+        try:
+            rows = shard_rows(os.path.join(root, shard), shard, tar_file_id)
+        except ShardError as error:
+            return error
+        except OSError as error:
+            return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
+        if staged_tar_index is not None:  # raised: the staging's disk (full, say) is the run's problem
             write_tar_index(Path(staged_tar_index), rows)
         return rows
-    except ShardError as error:
-        return error
-    except OSError as error:
-        return ShardError(shard, f"could not be indexed: {error.strerror or error}.")
     finally:
         if rows is None or len(rows.part_sizes) >= TRIM_AFTER_PARTS:
             release_freed_memory()
