@@ -15,9 +15,11 @@ raises comes back as itself, as from `prep.processes.ordered_map`. Leaving the `
 the caller cleans up.
 
 Ray is an optional extra and slow to import: only this module imports it, and only `--engine ray` imports
-this module. Without `address` a local Ray instance is started with `workers` CPUs and shut down when the
-`with` block ends; with one, the driver connects to that cluster and leaves it running. A Ray already
-initialised in this process (a Ray program calling the Python API) is used as it is and left running.
+this module. Ray is started, or its cluster reached, by the first map given tasks, not before: a
+`--resume` run whose every task an earlier run did has nothing to send and starts none. Without
+`address` a local Ray instance is started with `workers` CPUs and shut down when the `with` block ends;
+with one, the driver connects to that cluster and leaves it running. A Ray already initialised in this
+process (a Ray program calling the Python API) is used as it is and left running.
 No process of a local instance outlives the run, whatever ends it: Ray stops its own when the driver
 dies, except its agents, so a small forked watcher (`_Watcher`) holds the list of the instance's
 processes and kills what is left of them once the driver is gone, SIGKILL included. Workers on other
@@ -230,12 +232,17 @@ class RayEngine:
         #: Told of each retry as it happens (one line of text); stderr unless given.
         self.notify = notify or _to_stderr
         self.ray = import_ray()
-        self._started = False
+        self._entered = self._started = False
         self._watcher: _Watcher | None = None
         self._remote: Any = None
         self._maps: list[Generator[Any, None, None]] = []
 
     def __enter__(self) -> RayEngine:
+        self._entered = True
+        return self
+
+    def _start(self) -> None:
+        """Start a local Ray instance, or connect to the cluster, unless this process has Ray already."""
         ray = self.ray
         if not ray.is_initialized():
             if self.address is not None:
@@ -263,7 +270,6 @@ class RayEngine:
             if self.address is None and sys.platform.startswith("linux"):
                 self._watcher = _Watcher(_descendants(os.getpid()))
         self._remote = ray.remote(max_retries=0, retry_exceptions=False)(_run_chunk)  # retried here
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         try:
@@ -307,8 +313,10 @@ class RayEngine:
         flight. `what` names the work and `name(task)` the tasks in the error if a chunk fails for good.
 
         Leaving the engine's `with` block ends the map: chunks in flight are cancelled and waited for."""
-        if self._remote is None:
+        if not self._entered:
             raise RuntimeError("use RayEngine in a with block")
+        if tasks and self._remote is None:
+            self._start()
         results = self._ordered(function, tasks, what, name)
         self._maps.append(results)
         return results
@@ -316,6 +324,8 @@ class RayEngine:
     def _ordered(
         self, function: Callable[..., Result], tasks: Sequence[tuple], what: str, name: Callable[[tuple], str]
     ) -> Generator[Result, None, None]:
+        if not tasks:
+            return
         ray = self.ray
         cpus = self.cpus()
         size = chunk_size(len(tasks), cpus)

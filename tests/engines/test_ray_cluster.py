@@ -143,6 +143,7 @@ def interrupt(signum, frame):
 signal.signal(signal.SIGTERM, interrupt)  # as every shardprep command does (prep.cli.stop_on_sigterm)
 try:
     with RayEngine(workers=1) as engine:
+        list(engine.ordered_map(abs, [(-1,)], what="warming up"))  # Ray starts with the first work
         print("ready", flush=True)
         list(engine.ordered_map(time.sleep, [(60,)], what="sleeping"))
 except KeyboardInterrupt:
@@ -174,6 +175,7 @@ def interrupt(signum, frame):
 
 signal.signal(signal.SIGTERM, interrupt)
 with RayEngine(workers=1) as engine:
+    list(engine.ordered_map(abs, [(-1,)], what="warming up"))  # Ray starts with the first work
     print("ready", flush=True)
 caught = int(next(l for l in open("/proc/self/status") if l.startswith("SigCgt")).split()[1], 16)
 print("SIGTERM caught" if caught >> (signal.SIGTERM - 1) & 1 else "SIGTERM not caught", flush=True)

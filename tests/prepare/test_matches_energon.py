@@ -13,6 +13,7 @@ from tests.support.prepare import assert_same_index, run_energon_prepare, run_sh
 from tests.support.shards import (
     sample_members,
     tricky_members,
+    without_end_marker,
     write_gnu_tar,
     write_tarfile,
     write_webdataset,
@@ -188,13 +189,6 @@ def test_tar_index_only_rebuilds_indexes_like_energon(tmp_path: Path) -> None:
     run_energon_prepare(str(theirs), "--tar-index-only", "--no-progress")
     assert_same_index(ours, theirs)
     assert (ours / ".nv-meta" / "index.uuid").read_text() != old_uuid
-
-
-def without_end_marker(shard: Path) -> Path:
-    """Cut the end-of-archive marker (and any record padding) off a shard: it ends with its last member."""
-    data = shard.read_bytes()
-    shard.write_bytes(data[: -(-len(data.rstrip(b"\0")) // 512) * 512])
-    return shard
 
 
 def test_shards_without_end_marker_index_like_energon_with_one_warning(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from prep.errors import ShardError
 from prep.prepare import prepare_dataset
 from prep.prepare.resume import RESUME_DIR
 from tests.support.prepare import REPO, prepared_outputs, run_shardprep, twin
-from tests.support.shards import sample_members, write_tarfile
+from tests.support.shards import sample_members, without_end_marker, write_tarfile
 
 FLAGS = ["--non-interactive", "--split-ratio", "8,1,1", "--shuffle-tars", "--no-progress", "--crude"]
 
@@ -95,6 +95,19 @@ def test_the_python_api_resumes_too(tmp_path: Path) -> None:
     bad.write_bytes(good)
     assert sum(prepare_dataset(root, resume=True).values()) == 12
     assert not (root / RESUME_DIR).exists()
+
+
+def test_a_ray_rerun_that_reuses_every_shard_reaches_no_ray(tmp_path: Path) -> None:
+    """Nothing left to scan, nothing to send: no local Ray instance is started (5-15 s) and no cluster
+    reached (here an address nothing answers, which reaching would refuse)."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
+    root = write_dataset(tmp_path / "dataset", 3, 4)
+    without_end_marker(root / "shard-0001.tar")
+    with pytest.raises(ShardError, match="end-of-archive marker"):
+        prepare_dataset(root, resume=True, strict=True)  # every shard scanned and kept, then refused
+    with pytest.warns(UserWarning, match="shard-0001.tar"):  # indexed to its end, without --strict
+        counts = prepare_dataset(root, resume=True, engine="ray", ray_address="127.0.0.1:1")
+    assert sum(counts.values()) == 12 and not (root / RESUME_DIR).exists()
 
 
 @pytest.mark.parametrize("how", ["writable-by-others", "someone-else's", "a-link"])

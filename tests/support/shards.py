@@ -50,6 +50,13 @@ def write_tarfile(
     return path
 
 
+def without_end_marker(shard: Path) -> Path:
+    """Cut the end-of-archive marker (and any record padding) off a shard: it ends with its last member."""
+    data = shard.read_bytes()
+    shard.write_bytes(data[: -(-len(data.rstrip(b"\0")) // 512) * 512])
+    return shard
+
+
 def write_webdataset(path: Path, samples: list[dict]) -> Path:
     """Write samples (dicts with __key__ and parts) with webdataset's TarWriter."""
     import webdataset as wds

@@ -17,6 +17,7 @@ import pytest
 from prep.errors import PrepError
 from prep.index.checkpoint import RESUME_DIR
 from prep.write import BadInputError, open_sources, write_dataset
+from prep.write.run import WriteProgress
 from tests.support.prepare import REPO, run_shardprep
 from tests.support.write import rows_file, written
 
@@ -92,6 +93,27 @@ def test_a_failed_write_resumes_and_an_input_changed_since_is_redone(tmp_path: P
     assert written(out) == written(tmp_path / "clean") and summary.samples == clean.samples == 600
     assert summary.resumed == (0, 30, 1, 2), "the first file's block, and no shard (none was cut yet)"
     assert not (out / RESUME_DIR).exists()
+
+
+def stop_after_the_last_shard(progress: WriteProgress) -> None:
+    """A progress callback that interrupts the write once every shard is written and kept."""
+    if progress.stage == "writing shards" and progress.done == progress.total > 0:
+        raise KeyboardInterrupt
+
+
+def test_a_ray_rerun_that_reuses_every_block_and_shard_reaches_no_ray(tmp_path: Path) -> None:
+    """Nothing left to count, encode or assemble, nothing to send: no local Ray instance is started
+    (5-15 s) and no cluster reached (here an address nothing answers, which reaching would refuse)."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
+    source, out = rows_file(tmp_path / "a.jsonl", 300), tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(
+            open_sources([source]), out, maxcount=20, resume=True, progress=stop_after_the_last_shard
+        )
+    summary = write_dataset(
+        open_sources([source]), out, maxcount=20, resume=True, engine="ray", ray_address="127.0.0.1:1"
+    )
+    assert summary.resumed == (15, 15, 1, 1) and not (out / RESUME_DIR).exists()
 
 
 def test_options_that_change_the_output_are_not_resumed_across(tmp_path: Path) -> None:
