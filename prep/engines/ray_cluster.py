@@ -6,11 +6,14 @@
 
 Tasks go to Ray in chunks of a few (`chunk_size`: one Ray task per shard costs more than scanning a small
 shard), and at most `CHUNKS_PER_CPU` chunks per CPU are submitted and not yet taken, so the driver holds a
-bounded number of results however many tasks there are. A chunk whose worker or node dies is submitted
-again, up to `RETRIES` times, after a pause that doubles each time (`retry_delay`, so a node that is
-restarting has time to come back); each retry is announced naming the chunk's tasks (`notify`, stderr by
-default), and after the last the run stops with a PrepError naming them. An exception the function
-raises comes back as itself, as from `prep.processes.ordered_map`. Leaving the `with` block
+bounded number of results however many tasks there are. A chunk whose worker or node dies (or whose
+result is lost, or whose wait times out: `retry_notice`) is submitted again, up to `RETRIES` times,
+after a pause that doubles each time (`retry_delay`, so a node that is restarting has time to come
+back); each retry is announced naming the chunk's tasks (`notify`, stderr by default), and after the
+last the run stops with a PrepError naming them. Any other failure in Ray would come again (a runtime
+environment Ray cannot set up, a task a worker cannot load): the run stops at once with a PrepError
+naming the chunk's tasks and what to do. An exception the function raises comes back as itself, as
+from `prep.processes.ordered_map`. Leaving the `with` block
 (done, an error, Ctrl-C) cancels the chunks in flight and waits for them, so none is still writing when
 the caller cleans up.
 
@@ -214,6 +217,37 @@ def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[A
 #: What a chunk gives instead of an exception it cannot return: its remaining tasks are to be run again.
 _RERUN = "rerun"
 
+#: How Ray's placeholder for a remote function a worker failed to import starts its error.
+_NOT_IMPORTED = "The remote function failed to import on the worker"
+
+
+def retry_notice(error: BaseException) -> str | None:
+    """How a retry names `error`, a chunk's failure in Ray, if running the chunk again may get past it
+    (its worker or node died, its result was lost, a wait timed out); None for any other, which would
+    fail again (Ray cannot set up the task's runtime environment, a worker cannot load it, ...)."""
+    from ray import exceptions as ray_failed
+
+    retried = (
+        (ray_failed.WorkerCrashedError, "a Ray worker died"),
+        (ray_failed.OutOfMemoryError, "a Ray worker was killed for memory"),
+        (ray_failed.NodeDiedError, "a Ray node died"),
+        (ray_failed.LocalRayletDiedError, "a Ray node died"),
+        (ray_failed.ObjectLostError, "a Ray task's result was lost"),
+        (ray_failed.GetTimeoutError, "a Ray task timed out"),
+    )
+    return next((notice for kind, notice in retried if isinstance(error, kind)), None)
+
+
+def _not_loaded(error: BaseException) -> str | None:
+    """Why a worker could not load the chunk's task (an argument or the function it could not unpickle,
+    its module not installed there), if that is what `error`, a RayTaskError, says; else None."""
+    from ray import exceptions as ray_failed
+
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, ray_failed.RaySystemError) or str(cause).startswith(_NOT_IMPORTED):
+        return _last_line(cause)  # the import's own error, ending Ray's traceback
+    return None
+
 
 class RayEngine:
     """A connection to a Ray cluster (started here unless `address` names one) for one run."""
@@ -346,18 +380,20 @@ class RayEngine:
                 start, stop, ref = pending[0]
                 try:
                     results, failure = ray.get(ref)
-                except ray.exceptions.RayTaskError as error:  # the function raised: as itself
-                    if isinstance(error.cause, Exception):
+                except ray.exceptions.RayTaskError as error:  # the function raised (as itself), or no start
+                    if isinstance(error.cause, Exception) and _not_loaded(error) is None:
                         raise error.cause from error
-                    raise self._failed(what, [name(task) for task in tasks[start:stop]], error) from None
-                except ray.exceptions.RayError as error:  # the worker or its node died
                     names = [name(task) for task in tasks[start:stop]]
+                    raise self._failed(what, names, error, retried=attempts.get(start, 0)) from None
+                except ray.exceptions.RayError as error:  # Ray's own failure: retried if it may pass
+                    names = [name(task) for task in tasks[start:stop]]
+                    notice = retry_notice(error)
                     attempt = attempts[start] = attempts.get(start, 0) + 1
-                    if attempt > RETRIES:
-                        raise self._failed(what, names, error) from None
+                    if notice is None or attempt > RETRIES:
+                        raise self._failed(what, names, error, retried=attempt - 1) from None
                     delay = self.retry_delay * 2 ** (attempt - 1)
                     self.notify(
-                        f"{what}: a Ray worker died on {', '.join(names)} ({_first_line(error)});"
+                        f"{what}: {notice} on {', '.join(names)} ({_first_line(error)});"
                         f" retrying in {delay:g} s (retry {attempt} of {RETRIES})"
                     )
                     time.sleep(delay)
@@ -396,16 +432,44 @@ class RayEngine:
             except Exception:  # cancelled, failed or timed out: it is over, or will be killed with Ray
                 pass
 
-    def _failed(self, what: str, names: list[str], error: Exception) -> PrepError:
+    def _failed(self, what: str, names: list[str], error: Exception, retried: int = 0) -> PrepError:
+        """The run's error for a chunk (its tasks `names`) that failed for good after `retried` retries."""
+        where = f"A Ray task {what} on {', '.join(names)}"
+        if retry_notice(error) is not None:  # a failure that is retried, RETRIES times by now
+            return PrepError(
+                f"{where} failed for good (retried {retried} times): {_first_line(error)}. Nothing was"
+                " written; run again (with --resume, what was finished is kept)."
+            )
+        from ray import exceptions as ray_failed
+
+        if (not_loaded := _not_loaded(error)) is not None:
+            why = f"a worker could not load it ({not_loaded})"
+            fix = (
+                "Every worker needs shardprep installed, the version this machine runs, and the dataset"
+                " at the same path"
+            )
+        elif isinstance(error, ray_failed.RuntimeEnvSetupError):
+            why = f"Ray could not set up its runtime environment ({_last_line(error.error_message or error)})"
+            fix = "Check the runtime_env the job or the cluster gives its tasks"
+        else:
+            why = f"{type(error).__name__}: {_first_line(error)}"
+            fix = "Ray would fail it the same way again; see the cluster's logs (`ray logs`)"
+        after = f" after {retried} retries for other failures" if retried else ""
         return PrepError(
-            f"A Ray task {what} failed for good (retried {RETRIES} times) on {', '.join(names)}:"
-            f" {_first_line(error)}. Nothing was written; run again (with --resume, what was finished is kept)."
+            f"{where} failed{after} in a way a retry would not mend, so it was not retried: {why}. {fix}."
+            " Nothing was written; run again once that is put right (with --resume, what was finished is"
+            " kept)."
         )
 
 
-def _first_line(error: Exception) -> str:
+def _first_line(error: object) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _last_line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else type(error).__name__
 
 
 def _to_stderr(message: str) -> None:

@@ -1,6 +1,7 @@
 """The Ray engine on a real local Ray instance of 2 CPUs, started and stopped by this module: results in
 task order, a worker that dies retried after a pause and announced, a task that keeps dying named in
-one clear error, and Ray's absence a one-line error naming the extra."""
+one clear error, a failure a retry would not mend named at once, and Ray's absence a one-line error
+naming the extra."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from prep.engines.ray_cluster import RAY_EXTRA, RETRIES, RayEngine, _descendants, _process_start, import_ray
+from prep.engines.ray_cluster import (
+    RAY_EXTRA,
+    RETRIES,
+    RayEngine,
+    _descendants,
+    _process_start,
+    import_ray,
+    retry_notice,
+)
 from prep.errors import PrepError
 from tests.support.prepare import run_shardprep
 from tests.support.ray import local_ray
@@ -260,3 +269,45 @@ def test_an_exception_that_cannot_be_returned_still_comes_after_the_results_befo
         for result in engine.ordered_map(refuse_unpicklably, [(number,) for number in range(100)], what="x"):
             got.append(result)
     assert got == list(range(33))
+
+
+def test_only_a_failure_a_rerun_may_get_past_is_retried() -> None:
+    """A worker or node that died, a result lost, a wait timed out: run again. What would fail the same
+    way every time (a runtime environment Ray cannot set up, a task a worker cannot load, a task the
+    function's own exception ended) is not retried."""
+    failed = pytest.importorskip("ray.exceptions", reason="Ray is not installed (pip install shardprep[ray])")
+    retried = [
+        failed.WorkerCrashedError(),
+        failed.NodeDiedError("node gone"),
+        failed.LocalRayletDiedError(),
+        failed.OutOfMemoryError("killed for memory"),
+        failed.OwnerDiedError("00", None, ""),
+        failed.ObjectLostError("00", None, ""),
+        failed.GetTimeoutError(),
+    ]
+    not_retried = [
+        failed.RuntimeEnvSetupError("pip install failed"),
+        failed.RaySystemError("No module named 'prep'"),
+        failed.RayTaskError("f", "trace", ValueError("bad"), proctitle="p", pid=1, ip="127.0.0.1"),
+        failed.TaskUnschedulableError("no node"),
+        failed.AuthenticationError("no token"),
+    ]
+    assert [retry_notice(error) is not None for error in retried] == [True] * len(retried)
+    assert [retry_notice(error) for error in not_retried] == [None] * len(not_retried)
+    assert retry_notice(failed.WorkerCrashedError()) == "a Ray worker died"
+
+
+class Explodes:
+    """An argument that pickles, but cannot be unpickled (as a function a worker cannot import)."""
+
+    def __reduce__(self):
+        return (__import__, ("a_module_no_worker_has",))
+
+
+def test_a_task_no_worker_can_load_is_named_at_once_with_what_to_do(cluster) -> None:
+    notices: list[str] = []
+    with RayEngine(retry_delay=5, notify=notices.append) as engine, pytest.raises(PrepError) as raised:
+        list(engine.ordered_map(square, [(Explodes(),)], what="counting", name=lambda task: "shard-7.tar"))
+    message = str(raised.value)
+    assert "shard-7.tar" in message and "not retried" in message and "shardprep installed" in message
+    assert "a_module_no_worker_has" in message and not notices
