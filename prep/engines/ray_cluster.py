@@ -13,7 +13,8 @@ back); each retry is announced naming the chunk's tasks (`notify`, stderr by def
 last the run stops with a PrepError naming them. Any other failure in Ray would come again (a runtime
 environment Ray cannot set up, a task a worker cannot load): the run stops at once with a PrepError
 naming the chunk's tasks and what to do. An exception the function raises comes back as itself, as
-from `prep.processes.ordered_map`. Leaving the `with` block
+from `prep.processes.ordered_map`; what it raises that is not an Exception (a BaseException) stops the
+run with a PrepError saying so, not retried. Leaving the `with` block
 (done, an error, Ctrl-C) cancels the chunks in flight and waits for them, so none is still writing when
 the caller cleans up.
 
@@ -380,7 +381,7 @@ class RayEngine:
                 start, stop, ref = pending[0]
                 try:
                     results, failure = ray.get(ref)
-                except ray.exceptions.RayTaskError as error:  # the function raised (as itself), or no start
+                except ray.exceptions.RayTaskError as error:  # the function raised: as itself if ordinary
                     if isinstance(error.cause, Exception) and _not_loaded(error) is None:
                         raise error.cause from error
                     names = [name(task) for task in tasks[start:stop]]
@@ -442,7 +443,14 @@ class RayEngine:
             )
         from ray import exceptions as ray_failed
 
-        if (not_loaded := _not_loaded(error)) is not None:
+        cause = getattr(error, "cause", None)  # what the task raised (a RayTaskError's)
+        if isinstance(error, ray_failed.RayTaskError) and not isinstance(cause, Exception):
+            why = (
+                f"it raised {type(cause).__name__}: {_first_line(cause)}, which is not an ordinary exception"
+                " (a BaseException, not an Exception)"
+            )
+            fix = "It came from the function the task runs, not from Ray"
+        elif (not_loaded := _not_loaded(error)) is not None:
             why = f"a worker could not load it ({not_loaded})"
             fix = (
                 "Every worker needs shardprep installed, the version this machine runs, and the dataset"

@@ -311,3 +311,20 @@ def test_a_task_no_worker_can_load_is_named_at_once_with_what_to_do(cluster) -> 
     message = str(raised.value)
     assert "shard-7.tar" in message and "not retried" in message and "shardprep installed" in message
     assert "a_module_no_worker_has" in message and not notices
+
+
+class Halt(BaseException):
+    """Not an ordinary exception: `except Exception` lets it through."""
+
+
+def halt(number: int) -> int:
+    raise Halt(f"halted at {number}")
+
+
+def test_a_task_ended_by_what_is_not_an_exception_is_named_as_not_retried(cluster) -> None:
+    notices: list[str] = []
+    with RayEngine(retry_delay=5, notify=notices.append) as engine, pytest.raises(PrepError) as raised:
+        list(engine.ordered_map(halt, [(7,)], what="counting", name=lambda task: f"task-{task[0]}"))
+    message = str(raised.value)
+    assert "task-7" in message and "Halt: halted at 7" in message and "not retried" in message
+    assert "retried 3 times" not in message and not notices
