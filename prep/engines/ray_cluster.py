@@ -471,13 +471,19 @@ class RayEngine:
 
 
 def _first_line(error: object) -> str:
+    """The first line of what `error` says, to go inside a sentence (without a full stop of its own).
+
+    >>> _first_line(ValueError("See the logs for more information.\\nTraceback ...")), _first_line(ValueError())
+    ('See the logs for more information', 'ValueError')
+    """
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
 
 
 def _last_line(error: object) -> str:
+    """The last line of what `error` says, as `_first_line` gives the first."""
     text = str(error).strip()
-    return text.splitlines()[-1] if text else type(error).__name__
+    return text.splitlines()[-1].rstrip(".") if text else type(error).__name__
 
 
 def _to_stderr(message: str) -> None:
