@@ -42,7 +42,7 @@ from prep.index.format import (
 )
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
-from prep.index.meta import unreadable_reason
+from prep.index.meta import read_splits, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
 from prep.index.sqlite import NullRowsError
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
@@ -944,6 +944,8 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
     checked: set[tuple[Path, str]] = set()
     #: The splits loaded of each (primary, split file, auxiliary), whose samples' references are checked.
     joined: dict[tuple[Path, str, Path], tuple[DatasetReference, AuxReference, set[str]]] = {}
+    #: (YAML, its split, dataset, split file, split loaded) whose split file has been checked.
+    split_files_checked: set[tuple[Path, str, Path, str, str]] = set()
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -989,6 +991,11 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
             )
             continue
         add(reference.path, os.path.relpath(reference.path, metadataset.parent), reference.dataset_config)
+        loaded = (name, reference.split, reference.path, reference.split_config, reference.split_part)
+        if loaded not in split_files_checked:
+            split_files_checked.add(loaded)
+            yaml_where = where if name == metadataset else str(name)
+            report.problems.extend(_split_file_problems(reference, yaml_where))
         for aux in reference.aux:
             if not aux.path.is_dir():
                 what = f"split {reference.split!r} joins auxiliary dataset {aux.name!r} from"
@@ -1008,6 +1015,36 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
     for reference, aux, splits in joined.values():
         report.problems.extend(_reference_problems(reference, aux, splits, metadataset.parent))
     return report
+
+
+def _split_file_problems(reference: DatasetReference, where: str) -> list[Problem]:
+    """The problem of a reference energon's loader fails on for its split file: a split it loads that the
+    file does not have ('Invalid split part'); `where` names the YAML. A split.yaml missing or unreadable
+    is the dataset's own problem, said when it is verified."""
+    dataset, config = reference.path, reference.split_config
+    split_file = dataset / META_DIR / config
+    if not split_file.is_file():  # its dataset's problem, said when it is verified
+        return []
+    try:
+        splits = read_splits(split_file)[0]
+    except PrepError as error:
+        if config == SPLIT_YAML:
+            return []
+        return [Problem(where, str(error), f"correct {split_file}, or `split_config` in {where}")]
+    if reference.split_part in splits:
+        return []
+    with_shards = [split for split, shards in splits.items() if shards] or list(splits)
+    return [
+        Problem(
+            where,
+            f"split {reference.split!r} loads split {reference.split_part!r} of dataset {reference.written!r}"
+            f" ({dataset}), which {META_DIR}/{config} does not have (its splits: {', '.join(splits) or 'none'}):"
+            " energon's loader fails on it ('Invalid split part').",
+            f"give the reference under split {reference.split!r} in {where} the `split_part` of a split it"
+            f" has ({', '.join(with_shards) or 'none'}), or add split {reference.split_part!r} to `split_parts`"
+            f" in {split_file}",
+        )
+    ]
 
 
 def _reference_problems(

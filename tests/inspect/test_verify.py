@@ -980,3 +980,58 @@ def test_an_undecodable_member_of_a_shard_named_with_braces_is_named_with_its_fi
     report = verify_dataset(root, deep=True)
     (problem,) = [problem for problem in report.problems if "cannot be decoded" in problem.what]
     assert problem.fix.endswith("`y{1..2}.tar/k{1}-00000` to `exclude` in split.yaml"), problem.fix
+
+
+def _energon_split_error(dataset: Path, split_part: str, split_config: str) -> str:
+    """What energon's loader says reading `split_part` of `dataset` from `.nv-meta/{split_config}`."""
+    from megatron.energon.epathlib import EPath
+    from megatron.energon.flavors.webdataset.metadata import WebdatasetMeta
+
+    with pytest.raises((AssertionError, FileNotFoundError)) as raised:
+        WebdatasetMeta.from_config(EPath(dataset), split_part=split_part, split_config=split_config)
+    return str(raised.value)
+
+
+def test_a_reference_to_a_split_its_dataset_does_not_have_is_named_with_the_splits_it_has(tmp_path):
+    """energon's loader fails on a reference whose split (its `split_part`, else the metadataset's split)
+    is not in the dataset's split file; verify names the YAML, the split, the dataset and its splits."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    assert "Invalid split part: 'bogus'" in _energon_split_error(folder / "primary", "bogus", "split.yaml")
+    metadataset = folder / "metadataset.yaml"
+    reference = {"path": "primary", "aux": {"media": "filesystem://media"}}
+    metadataset.write_text(
+        yaml.safe_dump(
+            {
+                "__module__": "megatron.energon",
+                "__class__": "MetadatasetV2",
+                "splits": {
+                    "train": reference,
+                    "extra": reference,
+                    "val": {**reference, "split_part": "bogus"},
+                },
+            }
+        )
+    )
+    result = run_shardprep("verify", str(metadataset))
+    assert result.returncode == 1, result.stdout
+    problems = verify_metadataset(metadataset).problems
+    assert [(problem.where, problem.what) for problem in problems] == [
+        (
+            "metadataset.yaml",
+            f"split 'extra' loads split 'extra' of dataset 'primary' ({folder / 'primary'}), which"
+            " .nv-meta/split.yaml does not have (its splits: train, val, test): energon's loader fails on"
+            " it ('Invalid split part').",
+        ),
+        (
+            "metadataset.yaml",
+            f"split 'val' loads split 'bogus' of dataset 'primary' ({folder / 'primary'}), which"
+            " .nv-meta/split.yaml does not have (its splits: train, val, test): energon's loader fails on"
+            " it ('Invalid split part').",
+        ),
+    ]
+    assert problems[0].fix == (
+        "give the reference under split 'extra' in metadataset.yaml the `split_part` of a split it has"
+        f" (train), or add split 'extra' to `split_parts` in {folder / 'primary' / '.nv-meta' / 'split.yaml'}"
+    )
