@@ -1018,13 +1018,25 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
 
 
 def _split_file_problems(reference: DatasetReference, where: str) -> list[Problem]:
-    """The problem of a reference energon's loader fails on for its split file: a split it loads that the
-    file does not have ('Invalid split part'); `where` names the YAML. A split.yaml missing or unreadable
-    is the dataset's own problem, said when it is verified."""
+    """The problem of a reference energon's loader fails on for its split file: a `split_config` not in
+    the dataset's `.nv-meta` (FileNotFoundError), or a split it loads that the file does not have
+    ('Invalid split part'); `where` names the YAML. A split.yaml missing or unreadable is the dataset's
+    own problem, said when it is verified."""
     dataset, config = reference.path, reference.split_config
     split_file = dataset / META_DIR / config
-    if not split_file.is_file():  # its dataset's problem, said when it is verified
-        return []
+    if not split_file.is_file():
+        if config == SPLIT_YAML:
+            return []
+        held = ", ".join(_split_files(dataset / META_DIR)) or "none"
+        return [
+            Problem(
+                where,
+                f"split {reference.split!r} reads the splits of dataset {reference.written!r} ({dataset}) from"
+                f" its split_config {config!r}, but {split_file} does not exist: energon's loader fails on it.",
+                f"correct `split_config` in {where} to a split file {META_DIR} holds ({held}), or write"
+                f" {split_file}",
+            )
+        ]
     try:
         splits = read_splits(split_file)[0]
     except PrepError as error:
@@ -1045,6 +1057,19 @@ def _split_file_problems(reference: DatasetReference, where: str) -> list[Proble
             f" in {split_file}",
         )
     ]
+
+
+def _split_files(meta: Path) -> list[str]:
+    """The files of `meta` that read as split files (a mapping with `split_parts`), by name."""
+    found = []
+    for path in sorted(meta.iterdir()):
+        if path.suffix in (".yaml", ".json") and path.is_file():
+            try:
+                read_splits(path)
+            except PrepError:
+                continue
+            found.append(path.name)
+    return found
 
 
 def _reference_problems(

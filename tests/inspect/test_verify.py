@@ -1035,3 +1035,28 @@ def test_a_reference_to_a_split_its_dataset_does_not_have_is_named_with_the_spli
         "give the reference under split 'extra' in metadataset.yaml the `split_part` of a split it has"
         f" (train), or add split 'extra' to `split_parts` in {folder / 'primary' / '.nv-meta' / 'split.yaml'}"
     )
+
+
+def test_a_reference_whose_split_config_is_missing_is_named_with_the_file(tmp_path):
+    """energon's loader fails on a reference whose `split_config` is not in the dataset's `.nv-meta`."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    assert "nope.yaml" in _energon_split_error(folder / "primary", "train", "nope.yaml")
+    metadataset = folder / "metadataset.yaml"
+    metadataset.write_text(
+        metadataset.read_text().replace(
+            "    path: primary\n", "    path: primary\n    split_config: nope.yaml\n"
+        )
+    )
+    [problem] = verify_metadataset(metadataset).problems
+    assert (problem.where, problem.what) == (
+        "metadataset.yaml",
+        f"split 'train' reads the splits of dataset 'primary' ({folder / 'primary'}) from its split_config"
+        f" 'nope.yaml', but {folder / 'primary' / '.nv-meta' / 'nope.yaml'} does not exist: energon's"
+        " loader fails on it.",
+    )
+    assert problem.fix == (
+        "correct `split_config` in metadataset.yaml to a split file .nv-meta holds (split.yaml), or write"
+        f" {folder / 'primary' / '.nv-meta' / 'nope.yaml'}"
+    )
