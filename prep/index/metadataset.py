@@ -159,18 +159,17 @@ def _aux(metadataset: Path, aux: dict) -> tuple[AuxReference, ...]:
     return tuple(found)
 
 
-def metadataset_error(location: Path, metadataset: Path, *, whole: bool = True) -> PrepError:
+def metadataset_error(location: Path, metadataset: Path) -> PrepError:
     """The error for a command that reads one prepared dataset and was given a metadataset: it names the
-    datasets the metadataset names, for the user to give one of them; `whole`: and says that `verify`
-    checks a metadataset (a local one) whole."""
+    datasets the metadataset names, for the user to give one of them, and says that `verify` checks a
+    metadataset whole."""
     try:
         named = named_datasets(metadataset)
     except PrepError as error:
         return error
     return PrepError(
         f"{location} is an energon metadataset ({metadataset.name}), not a prepared dataset. Give one of the"
-        f" datasets it names: {named}"
-        + ("; `shardprep verify` checks a metadataset whole." if whole else ".")
+        f" datasets it names: {named}; `shardprep verify` checks a metadataset whole."
     )
 
 

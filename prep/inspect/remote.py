@@ -7,6 +7,8 @@ local file name; `PreparedDataset` reads there too), so the local commands run o
 
 - `info` reads the index and the shards' sizes: nothing of the shards is fetched;
 - `preview` reads the parts it shows from the bucket by ranged GETs (`RemoteDataset.read_part`);
+- `verify` of a metadataset (`verify_remote_metadataset`) mirrors each dataset and auxiliary folder it names
+  in the same bucket where the YAML puts it;
 - `verify` needs the tar headers at the offsets the index names: each shard's headers are walked by ranged
   GETs as prepare walks them (`prep.tar.scan.RangedHeaderWalker`), the sample starts and part headers the
   index names are read too, and what was read is written into the sparse file at its place, with the
@@ -16,6 +18,7 @@ local file name; `PreparedDataset` reads there too), so the local commands run o
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,10 +40,10 @@ from prep.index.format import (
     tar_index_name,
 )
 from prep.index.meta import read_shard_counts
-from prep.index.metadataset import metadataset_error
+from prep.index.metadataset import metadataset_error, read_metadataset
 from prep.index.sqlite import PartLocation
 from prep.index.staging import local_path
-from prep.inspect.verify import Problem, VerifyReport, verify_dataset
+from prep.inspect.verify import Problem, VerifyReport, verify_dataset, verify_metadataset
 from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
 from prep.storage.scratch import scratch_folder
@@ -103,7 +106,7 @@ def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
     meta = [name for name in objects if name.startswith(meta_prefix)]  # configs/x.yaml too
     if not meta and METADATASET_YAML in objects:  # a polylithic write's folder: name its datasets
         _download(store, root, METADATASET_YAML)
-        raise metadataset_error(root, root / METADATASET_YAML, whole=False)
+        raise metadataset_error(root, root / METADATASET_YAML)
     if not meta:
         raise PrepError(
             f"{store.address} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"
@@ -186,13 +189,21 @@ def verify_remote(
     dataset_config: str = DATASET_YAML,
 ) -> VerifyReport:
     """`verify` of a bucket dataset, on a mirror of its headers (or, with `deep`, of its whole shards); the
-    report names the address, not the mirror."""
+    report names the address, not the mirror. A metadataset there is verified by `verify_remote_metadataset`."""
+    store = store or open_store(require_address(address))
+    if _holds_metadataset(store):
+        return verify_remote_metadataset(address, deep=deep, tmp_path=tmp_path, store=store)
     with remote_mirror(address, "whole" if deep else "headers", tmp_path=tmp_path, store=store) as (
         mirror,
         _,
     ):
         report = verify_dataset(mirror, deep=deep, dataset_config=dataset_config)
-    report.root = address
+    return _named_report(report, address, mirror, address)
+
+
+def _named_report(report: VerifyReport, root: str, mirror: Path, address: object) -> VerifyReport:
+    """`report` of the mirror, its root `root` and every path of the mirror named by `address`."""
+    report.root = root
 
     def named(problem: Problem) -> Problem:
         return Problem(*(_named_by_address(str(text), mirror, address) for text in astuple(problem)))
@@ -200,3 +211,69 @@ def verify_remote(
     report.problems = [named(problem) for problem in report.problems]
     report.warnings = [named(problem) for problem in report.warnings]
     return report
+
+
+def _holds_metadataset(store: ObjectStore) -> bool:
+    """Whether the address holds a metadataset (a polylithic write's folder), not a prepared dataset."""
+    names = {info.name for info in store.list()}
+    return METADATASET_YAML in names and not any(name.startswith(META_DIR + "/") for name in names)
+
+
+def verify_remote_metadataset(
+    address: str, *, deep: bool = False, tmp_path: str | Path | None = None, store: ObjectStore | None = None
+) -> VerifyReport:
+    """`verify` of the metadataset a bucket `write --media-column` makes: every dataset and auxiliary folder
+    it names in the same bucket is mirrored where the YAML puts it (a dataset as `verify_remote` mirrors
+    it, a folder as its listing), and the mirror verified as a local metadataset; paths out of the bucket
+    are verified as the local verify does. The files each sample's `aux.json` names are not checked (the
+    report says so): reading the `aux.json` parts would take a GET per sample."""
+    store = store or open_store(require_address(address))
+    top = ObjectAddress(store.address.scheme, store.address.authority, "")
+    with scratch_folder(tmp_path, "mirror") as root:
+        here = root / store.address.prefix if store.address.prefix else root
+        here.mkdir(parents=True, exist_ok=True)
+        _download(store, here, METADATASET_YAML)
+        metadataset = here / METADATASET_YAML
+        fill = "whole" if deep else "headers"
+        mirrored: set[str] = set()
+        for reference in read_metadataset(metadataset):
+            for path, folder in [(reference.path, False), *((aux.path, aux.folder) for aux in reference.aux)]:
+                relative = os.path.relpath(os.path.normpath(path), root)
+                if relative.split(os.sep)[0] == ".." or relative in mirrored:
+                    continue  # above the bucket's top: not in the bucket
+                mirrored.add(relative)
+                prefix = "" if relative == "." else relative.replace(os.sep, "/")
+                _mirror_place(_store_at(store, prefix), root / relative, folder, fill)
+        report = verify_metadataset(metadataset, deep=deep, aux_files=False)
+    report.unchecked = (
+        "the files the samples' aux.json parts name were not checked (in a bucket that takes a GET per"
+        " sample; verify a local copy to check them)"
+    )
+    return _named_report(report, address, root, str(top).rstrip("/"))
+
+
+def _store_at(store: ObjectStore, prefix: str) -> ObjectStore:
+    """The objects below `prefix` of the bucket (or profile) of `store`."""
+    other = copy.copy(store)
+    other.address = ObjectAddress(store.address.scheme, store.address.authority, prefix)
+    return other
+
+
+def _mirror_place(store: ObjectStore, target: Path, folder: bool, fill: str) -> None:
+    """What a metadataset names at `store`, mirrored at `target`: a prepared dataset as `_mirror` mirrors
+    it, or (`folder`) a folder of plain files as its listing. Nothing when the bucket has nothing there,
+    so the metadataset's check says it does not exist."""
+    objects = store.list()
+    if not objects:
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    if folder:
+        for info in objects:
+            path = target / local_path(info.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        return
+    try:
+        _mirror(store, target, fill)
+    except PrepError:  # not a prepared dataset: verifying the folder says so
+        return

@@ -95,6 +95,8 @@ class VerifyReport:
     loaded: int = 0
     #: The dataset config in `.nv-meta` the dataset was checked (and loaded) with.
     dataset_config: str = DATASET_YAML
+    #: What was left unchecked, and why, for the report's first line ("" when nothing was).
+    unchecked: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -933,12 +935,13 @@ def verify_dataset(
     return report
 
 
-def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport:
+def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool = True) -> VerifyReport:
     """Check a metadataset: every dataset it names verified (its problems named by its path), every
     dataset and auxiliary folder it names there, and every file the `aux.json` of the primary samples
     it loads names in the auxiliary dataset (the samples of the split each reference loads: its
     `split_part`, else the metadataset's split, in its `split_config`). energon's loader skips, without
-    saying why, every sample whose auxiliary folder or file is gone, so each is a problem here."""
+    saying why, every sample whose auxiliary folder or file is gone, so each is a problem here. Without
+    `aux_files`, the files the `aux.json` parts name are not checked."""
     report = VerifyReport(str(metadataset), deep)
     where = metadataset.name
     checked: set[tuple[Path, str]] = set()
@@ -1012,6 +1015,8 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False) -> VerifyReport
             if aux.name == AUX_NAME and aux.path.is_dir():
                 key = (reference.path, reference.split_config, aux.path)
                 joined.setdefault(key, (reference, aux, set()))[2].add(reference.split_part)
+    if not aux_files:
+        return report
     for reference, aux, splits in joined.values():
         report.problems.extend(_reference_problems(reference, aux, splits, metadataset.parent))
     return report
@@ -1132,6 +1137,8 @@ def format_report(report: VerifyReport) -> str:
     )
     if report.load:
         mode += f"; {report.loaded:,} samples loaded through {report.dataset_config}"
+    if report.unchecked:
+        mode += f"; {report.unchecked}"
     lines = [
         f"verify {report.root}: {report.shards:,} shards, {report.samples:,} samples, {report.parts:,} parts ({mode})"
     ]

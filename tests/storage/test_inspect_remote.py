@@ -102,7 +102,7 @@ def test_preview_of_a_shard_replaced_after_listing_says_so_instead_of_showing_th
             dataset.read_part(location)
 
 
-def test_a_metadataset_in_a_bucket_is_named_with_its_datasets_not_sent_to_prepare(s3, tmp_path):
+def test_info_and_preview_of_a_metadataset_in_a_bucket_name_its_datasets_not_send_to_prepare(s3, tmp_path):
     from prep.write import write_dataset
 
     local = tmp_path / "poly"
@@ -110,14 +110,53 @@ def test_a_metadataset_in_a_bucket_is_named_with_its_datasets_not_sent_to_prepar
     write_dataset(rows, local, media_columns=["img=jpg"], num_workers=1)
     s3.make_bucket("inspect-poly")
     s3.upload_folder(local, "inspect-poly", "poly")
-    for command in ("info", "verify", "preview"):
+    for command in ("info", "preview"):  # (verify checks it whole)
         result = run_shardprep(command, "s3://inspect-poly/poly")
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert (
             "Error: s3://inspect-poly/poly is an energon metadataset (metadataset.yaml), not a prepared dataset."
-            " Give one of the datasets it names: s3://inspect-poly/poly/primary (split train)."
-            in result.stderr
+            " Give one of the datasets it names: s3://inspect-poly/poly/primary (split train); `shardprep verify`"
+            " checks a metadataset whole." in result.stderr
         ), result.stderr
+
+
+@pytest.mark.parametrize("aux_format", ["folder", "tar"])
+def test_verify_of_a_metadataset_in_a_bucket_verifies_each_dataset_it_names_as_locally(
+    s3, tmp_path, aux_format
+):
+    """Each dataset a bucket `write --media-column` makes is verified, its problems named under its path;
+    an auxiliary dataset or folder gone from the bucket is named as locally."""
+    from prep.inspect.verify import verify_metadataset
+    from tests.inspect.test_verify import polylithic
+
+    local = polylithic(tmp_path / "poly", aux_format)
+    bucket = f"meta-{aux_format}"
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "poly")
+    address = f"s3://{bucket}/poly"
+    result = run_shardprep("verify", address)
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy"), result.stdout
+    here = verify_metadataset(local / "metadataset.yaml")
+    assert f"{here.shards:,} shards, {here.samples:,} samples, {here.parts:,} parts" in result.stdout
+    assert "the files the samples' aux.json parts name were not checked" in result.stdout
+    client = s3.client()
+    client.delete_object(Bucket=bucket, Key="poly/primary/shard-000000.tar.idx")
+    for key in [
+        entry["Key"] for entry in client.list_objects_v2(Bucket=bucket, Prefix="poly/media/")["Contents"]
+    ]:
+        client.delete_object(Bucket=bucket, Key=key)
+    problems = verify_remote(address).problems
+    assert [(problem.where, problem.what) for problem in problems] == [
+        ("primary/shard-000000.tar", "has no offset file shard-000000.tar.idx; energon's loader needs it."),
+        (
+            "metadataset.yaml",
+            "split 'train' joins auxiliary dataset 'media' from"
+            f" '{'filesystem://media' if aux_format == 'folder' else 'media'}', which is {address}/media: it"
+            " does not exist."
+            + (" energon's loader skips every sample that reads it." if aux_format == "folder" else ""),
+        ),
+    ]
+    assert problems[1].fix.startswith(f"move it back to {address}/media, or correct the path in ")
 
 
 def test_a_bucket_dataset_whose_key_is_too_long_for_a_local_file_is_verified_shown_and_previewed(
