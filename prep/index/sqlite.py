@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -343,6 +343,16 @@ _LAST_OF_ITS_NAME = (
     " AND later.sample_index = sp.sample_index AND later.part_name = sp.part_name"
     " AND later.content_byte_offset > sp.content_byte_offset)"
 )
+# The samples a reader made with `excluded` leaves out, in each connection's own temporary database.
+_EXCLUDED_TABLE = (
+    "CREATE TEMP TABLE excluded_samples (tar_file_id INTEGER, sample_index INTEGER,"
+    " PRIMARY KEY (tar_file_id, sample_index)) WITHOUT ROWID"
+)
+_EXCLUDE_SAMPLE = (
+    "INSERT OR IGNORE INTO temp.excluded_samples SELECT tar_file_id, sample_index FROM main.samples"
+    " WHERE sample_key = ? AND tar_file_id = ?"
+)
+_NOT_EXCLUDED = " AND ({0}tar_file_id, {0}sample_index) NOT IN (SELECT tar_file_id, sample_index FROM temp.excluded_samples)"
 _PART_FILES_PAGE = (
     "SELECT s.sample_key || '.' || sp.part_name, sp.rowid, sp.content_byte_size FROM sample_parts sp"
     " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
@@ -354,27 +364,39 @@ class IndexReader:
     """Every query of a prepared dataset's `index.sqlite`, read-only, safe to use from several threads.
 
     Each thread queries through its own connection, opened on first use. A reader made with `shards`
-    sees only the samples (and their parts) of those `tar_file_id`s, as a mount of one split does.
+    sees only the samples (and their parts) of those `tar_file_id`s, and one made with `excluded` (keys by
+    `tar_file_id`, as `PreparedDataset.excluded_samples` gives them) none of those samples, as a mount of
+    one split does: each connection holds the excluded samples in a temporary table of its own.
     `mmap_bytes` maps that much of the file instead of reading it page by page (faster lookups; the
     mapping is bounded, so memory does not grow with the dataset).
     """
 
-    def __init__(self, path: Path, *, shards: Collection[int] | None = None, mmap_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        shards: Collection[int] | None = None,
+        excluded: Mapping[int, Collection[str]] | None = None,
+        mmap_bytes: int = 0,
+    ) -> None:
         self.path = path
         self.mmap_bytes = mmap_bytes
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        self._excluded = [(key, int(shard)) for shard, keys in (excluded or {}).items() for key in keys]
         in_shards = "" if shards is None else ",".join(str(int(shard)) for shard in sorted(shards))
-        self._shards = "" if shards is None else f" AND {{}}tar_file_id IN ({in_shards})"
-        self._parts_by_key = _SAMPLE_PARTS.format(where="s.sample_key = ?", shards=self._in_shards("s."))
+        self._view = "" if shards is None else f" AND {{0}}tar_file_id IN ({in_shards})"
+        if self._excluded:
+            self._view += _NOT_EXCLUDED
+        self._parts_by_key = _SAMPLE_PARTS.format(where="s.sample_key = ?", shards=self._in_view("s."))
         self._parts_between = _SAMPLE_PARTS.format(
-            where="s.rowid >= ? AND s.rowid < ?", shards=self._in_shards("s.")
+            where="s.rowid >= ? AND s.rowid < ?", shards=self._in_view("s.")
         )
-        self._part_files_page = _PART_FILES_PAGE.format(shards=self._in_shards("sp."))
+        self._part_files_page = _PART_FILES_PAGE.format(shards=self._in_view("sp."))
 
-    def _in_shards(self, table: str) -> str:
-        return self._shards.format(table)
+    def _in_view(self, table: str) -> str:
+        return self._view.format(table)
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -403,6 +425,10 @@ class IndexReader:
             ) from None
         if self.mmap_bytes:
             connection.execute(f"PRAGMA mmap_size={int(self.mmap_bytes)}")
+        if self._excluded:
+            connection.execute(_EXCLUDED_TABLE)
+            connection.executemany(_EXCLUDE_SAMPLE, self._excluded)
+            connection.commit()
         return connection
 
     def check(self) -> None:
@@ -420,21 +446,21 @@ class IndexReader:
 
     # -- samples ----------------------------------------------------------------------------------------
     def sample_by_key(self, key: str) -> SampleRow | None:
-        row = self._db().execute(f"{_SAMPLE} WHERE sample_key = ?{self._in_shards('')}", (key,)).fetchone()
+        row = self._db().execute(f"{_SAMPLE} WHERE sample_key = ?{self._in_view('')}", (key,)).fetchone()
         return None if row is None else SampleRow(*row)
 
     def sample_by_rowid(self, rowid: int) -> SampleRow | None:
-        row = self._db().execute(f"{_SAMPLE} WHERE rowid = ?{self._in_shards('')}", (rowid,)).fetchone()
+        row = self._db().execute(f"{_SAMPLE} WHERE rowid = ?{self._in_view('')}", (rowid,)).fetchone()
         return None if row is None else SampleRow(*row)
 
     def sample_place(self, key: str) -> tuple[int, int] | None:
         """(rowid, tar_file_id) of the sample called `key`, or None."""
-        query = f"SELECT rowid, tar_file_id FROM samples WHERE sample_key = ?{self._in_shards('')}"
+        query = f"SELECT rowid, tar_file_id FROM samples WHERE sample_key = ?{self._in_view('')}"
         return self._db().execute(query, (key,)).fetchone()
 
     def sample_shard(self, rowid: int) -> int | None:
         """The tar_file_id of the sample with this rowid, or None."""
-        query = f"SELECT tar_file_id FROM samples WHERE rowid = ?{self._in_shards('')}"
+        query = f"SELECT tar_file_id FROM samples WHERE rowid = ?{self._in_view('')}"
         row = self._db().execute(query, (rowid,)).fetchone()
         return None if row is None else row[0]
 
@@ -452,7 +478,9 @@ class IndexReader:
 
     def samples_page(self, after_rowid: int, limit: int) -> list[tuple[str, int]]:
         """(key, rowid) of up to `limit` samples after `after_rowid`, in rowid order."""
-        query = f"SELECT sample_key, rowid FROM samples WHERE rowid > ?{self._in_shards('')} ORDER BY rowid LIMIT ?"
+        query = (
+            f"SELECT sample_key, rowid FROM samples WHERE rowid > ?{self._in_view('')} ORDER BY rowid LIMIT ?"
+        )
         return self._db().execute(query, (after_rowid, limit)).fetchall()
 
     def shard_samples_page(
@@ -461,7 +489,7 @@ class IndexReader:
         """(key, rowid, sample_index) of up to `limit` samples of one shard after `after_index`."""
         query = (
             "SELECT sample_key, rowid, sample_index FROM samples WHERE tar_file_id = ? AND sample_index > ?"
-            " ORDER BY sample_index LIMIT ?"
+            f"{self._in_view('')} ORDER BY sample_index LIMIT ?"
         )
         return self._db().execute(query, (tar_file_id, after_index, limit)).fetchall()
 
@@ -503,7 +531,7 @@ class IndexReader:
             "SELECT s.sample_key, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
             " FROM sample_parts sp"
             " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
-            f" WHERE sp.part_name = ?{self._in_shards('sp.')} ORDER BY sp.tar_file_id, sp.content_byte_offset",
+            f" WHERE sp.part_name = ?{self._in_view('sp.')} ORDER BY sp.tar_file_id, sp.content_byte_offset",
             (part_name,),
         )
         try:
@@ -517,14 +545,14 @@ class IndexReader:
         query = (
             "SELECT s.sample_key || '.' || sp.part_name FROM sample_parts sp"
             " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
-            f" WHERE 1{self._in_shards('sp.')}"
+            f" WHERE 1{self._in_view('sp.')}"
         )
         return {name for (name,) in self._db().execute(query)}
 
     def part_usage(self) -> tuple[int, int]:
         """(total bytes, count) of the parts `part_files_page` lists."""
         query = "SELECT COALESCE(SUM(sp.content_byte_size), 0), COUNT(*) FROM sample_parts sp WHERE 1"
-        total, count = self._db().execute(query + self._in_shards("sp.") + _LAST_OF_ITS_NAME).fetchone()
+        total, count = self._db().execute(query + self._in_view("sp.") + _LAST_OF_ITS_NAME).fetchone()
         return int(total), int(count)
 
     # -- whole columns ------------------------------------------------------------------------------------

@@ -80,7 +80,12 @@ def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | Non
     show_default=True,
     help="flat: /KEY.PART; sample: /KEY/PART; shard: /SHARD.tar/KEY/PART.",
 )
-@click.option("--split", default=None, help="Show only the shards of this split (e.g. train).")
+@click.option(
+    "--split",
+    default=None,
+    help="Show only the samples energon's loader gives for this split (e.g. train): its shards, less the"
+    " samples the split file excludes.",
+)
 @click.option("--foreground", "-f", is_flag=True, help="Serve in this process until Ctrl-C or umount.")
 @click.option("--debug", is_flag=True, help="Print each FUSE request to stderr (implies --foreground).")
 def mount_command(

@@ -173,7 +173,8 @@ class _SampleCache:
 
 
 class MountTree:
-    """Resolves names and lists folders of one view of a prepared dataset, optionally one split only.
+    """Resolves names and lists folders of one view of a prepared dataset, optionally one split only
+    (its shards, less the samples the split file's `exclude` names one by one).
 
     Safe to use from several threads: each thread queries through its own read-only connection, and the
     cache is only ever added to or replaced whole.
@@ -186,9 +187,13 @@ class MountTree:
         self.split = split
         shard_names = dataset.split_shards(split)
         self.allowed: frozenset[int] | None = None
-        if split is not None:
+        excluded = None
+        if split is not None:  # the samples energon's loader gives for the split, and no others
             self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
-        self.index = IndexReader(dataset.sqlite_path, shards=self.allowed, mmap_bytes=INDEX_MAP_BYTES)
+            excluded = dataset.excluded_samples()
+        self.index = IndexReader(
+            dataset.sqlite_path, shards=self.allowed, excluded=excluded, mmap_bytes=INDEX_MAP_BYTES
+        )
         # The shard view's folders (shards number thousands, not millions): children by shown name, and
         # for a shard's own folder the shard's tar_file_id. Folder 0 is the root.
         self._folders: list[dict[str, int]] = [{}]

@@ -11,12 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from prep.index import dataset as dataset_module
 from prep.index.dataset import PreparedDataset
 from prep.mount import tree as mount_tree
 from prep.mount.tree import ROOT, MountTree, View
-from tests.support.datasets import PREPARERS, expected_files, prepared_dataset
+from tests.support.datasets import PREPARERS, expected_files, prepared_dataset, writable_copy
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,45 @@ def test_a_split_shows_only_its_shards_samples(base, small_cache):
         assert tree.usage() == (sum(len(data) for data in inside.values()), len(inside))
     finally:
         tree.close()
+
+
+@pytest.mark.parametrize("view", list(View))
+def test_a_split_leaves_out_the_samples_and_shards_its_exclude_list_names(base, small_cache, tmp_path, view):
+    # energon's loader never gives a sample `exclude` names (`SHARD/KEY`) for any split; a whole shard
+    # named there is in no split. A mount without --split shows them all, as the index has them.
+    dataset = writable_copy(prepared_dataset(base, "energon"), tmp_path / "dataset")
+    split_yaml = dataset / ".nv-meta" / "split.yaml"
+    split = yaml.safe_load(split_yaml.read_text())
+    split["exclude"] = ["shard-000.tar/s0_001", "shard-002.tar/s2_005", "shard-001.tar"]
+    split_yaml.write_text(yaml.safe_dump(split))
+    with PreparedDataset(dataset) as prepared:
+        train = set(prepared.split_shards("train"))
+    assert train == {"shard-000.tar", "shard-002.tar", "shard-003.tar"}
+    everything = expected_files(dataset, view)
+
+    def sample_of(path: str) -> str:
+        return path.split("/")[-2] if view != View.FLAT else path.split(".")[0]
+
+    inside = {
+        path: data
+        for path, data in expected_files(dataset, view, train).items()
+        if sample_of(path) not in ("s0_001", "s2_005")
+    }
+    excluded = {path for path in everything if sample_of(path) in ("s0_001", "s2_005")}
+    assert excluded
+    tree = MountTree(PreparedDataset(dataset), view, "train")
+    try:
+        assert walk(tree) == inside
+        assert all(look_up(tree, path) is None for path in excluded)
+        if view == View.FLAT:
+            assert tree.usage() == (sum(len(data) for data in inside.values()), len(inside))
+    finally:
+        tree.close()
+    whole = MountTree(PreparedDataset(dataset), view)
+    try:
+        assert walk(whole) == everything
+    finally:
+        whole.close()
 
 
 def test_shard_files_open_at_once_stay_within_their_bound(base, small_cache, monkeypatch):
