@@ -13,6 +13,7 @@ import errno
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 
@@ -33,6 +34,17 @@ from prep.index.sqlite import IndexReader, PartLocation
 from prep.index.staging import local_path
 
 _CANNOT_TELL = "this filesystem cannot tell whether a read would wait"
+
+
+class ShardChangedError(OSError):
+    """A shard file that is no longer the file it was when `PreparedDataset.expect_unchanged` recorded it
+    (replaced or rewritten): the index's offsets do not find its parts. An I/O error (EIO)."""
+
+    def __init__(self, shard: str) -> None:
+        super().__init__(errno.EIO, f"{shard} changed after its index was read")
+        self.shard = shard
+
+
 #: Shard files kept open at most: a dataset may have more shards than a process may open files.
 OPEN_SHARD_FILES = 256
 
@@ -70,6 +82,8 @@ class PreparedDataset:
         self._fd_users: dict[int, int] = {}
         self._fd_lock = threading.Lock()
         self._nowait_reads = hasattr(os, "RWF_NOWAIT")
+        #: tar_file_id -> (size, mtime in ns) each shard file must still have when opened; None: no check.
+        self._shard_files: dict[int, tuple[int, int]] | None = None
         #: Each split file as read (`read_splits`), once: a long `exclude` list takes seconds to parse.
         self._split_files: dict[str, tuple[dict[str, list[str]], list[str]]] = {}
 
@@ -184,18 +198,39 @@ class PreparedDataset:
             if users:
                 self._fd_users[fd] = users
 
+    def expect_unchanged(self, shards: Iterable[str]) -> None:
+        """Record the size and modification time of these shards' files now (one stat each; a shard that
+        cannot be stat'ed, when it first opens). From then on a shard file that opens with others (it was
+        replaced or rewritten) raises ShardChangedError instead of being read at the index's offsets. A
+        descriptor opened before keeps reading its own file, the one the index describes."""
+        recorded: dict[int, tuple[int, int]] = {}
+        for shard in shards:
+            try:
+                found = os.stat(self.shard_path(shard))
+            except OSError:
+                continue
+            recorded[self.tar_file_id(shard)] = (found.st_size, found.st_mtime_ns)
+        self._shard_files = recorded
+
     def _open_shard(self, tar_file_id: int) -> int:
         """Open a shard file, closing unused ones to stay within OPEN_SHARD_FILES and the process's limit
-        of open files. Called with `_fd_lock` held."""
+        of open files, and check it is the file `expect_unchanged` recorded. Called with `_fd_lock` held."""
         path = self.shard_path(self.shards[tar_file_id])
         if len(self._fds) >= OPEN_SHARD_FILES:
             self._close_unused(1)
         try:
-            return os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
         except OSError as error:
             if error.errno != errno.EMFILE or not self._close_unused(len(self._fds)):
                 raise
-        return os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
+        if self._shard_files is not None:
+            found = os.fstat(fd)
+            recorded = self._shard_files.setdefault(tar_file_id, (found.st_size, found.st_mtime_ns))
+            if recorded != (found.st_size, found.st_mtime_ns):
+                os.close(fd)
+                raise ShardChangedError(self.shards[tar_file_id])
+        return fd
 
     def _close_unused(self, count: int) -> int:
         """Close up to `count` shard files no read is using, least recently read first; how many."""

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import errno
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import groupby
 from operator import itemgetter
 
-from prep.index.dataset import PreparedDataset
+from prep.index.dataset import PreparedDataset, ShardChangedError
 from prep.index.group import key_and_part
 from prep.index.sqlite import IndexReader, PartLocation, PartRow
 from prep.mount.nodes import FIRST_COOKIE, Listing, Node
@@ -186,6 +187,9 @@ class MountTree:
         self.flat = self.view is View.FLAT
         self.split = split
         shard_names = dataset.split_shards(split)
+        dataset.expect_unchanged(shard_names)  # the files the index describes: a changed one is EIO
+        #: Shards found changed and said so on stderr (each once).
+        self._changed_shards: set[str] = set()
         self.allowed: frozenset[int] | None = None
         excluded = None
         if split is not None:  # the samples energon's loader gives for the split, and no others
@@ -345,6 +349,9 @@ class MountTree:
             return self.dataset.read_part(location, offset, size)
         except FileNotFoundError as error:
             raise _shard_gone(error) from None
+        except ShardChangedError as error:
+            self._say_changed(error.shard)
+            raise
 
     def read_cached(self, node: int, offset: int, into: memoryview) -> memoryview:
         """`read` into `into` from the page cache only (the filled front of it); BlockingIOError if the
@@ -356,6 +363,22 @@ class MountTree:
             return self.dataset.read_part_cached(location, offset, into)
         except FileNotFoundError as error:
             raise _shard_gone(error) from None
+        except ShardChangedError as error:
+            self._say_changed(error.shard)
+            raise
+
+    def _say_changed(self, shard: str) -> None:
+        """Say once on stderr that a shard changed while mounted, and what to do."""
+        if shard in self._changed_shards:
+            return
+        self._changed_shards.add(shard)
+        print(
+            f"shardprep mount: {self.dataset.shard_path(shard)} changed (replaced or rewritten) while mounted;"
+            f" its files read as I/O errors. Prepare the dataset again (`shardprep prepare {self.dataset.root}`)"
+            " and mount it anew.",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self) -> None:
         """Close every thread's connection and the dataset's shard files."""

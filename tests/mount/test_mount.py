@@ -256,6 +256,21 @@ def test_a_part_whose_shard_went_missing_is_an_io_error_not_a_missing_file(base,
         assert raised.value.errno == errno.EIO
 
 
+def test_a_shard_replaced_while_mounted_is_an_io_error_not_another_files_bytes(base, tmp_path):
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    expected = expected_files(dataset, "shard")
+    with Mounted(dataset, tmp_path / "mnt", "--view", "shard") as mounted:
+        served = "shard-000.tar/s0_000/txt"
+        assert (mounted.mountpoint / served).read_bytes() == expected[served]
+        # Nothing of shard-001 looked up yet: a lookup reads a small file at once, from the file of then.
+        path = mounted.mountpoint / "shard-001.tar" / "s1_000" / "txt"
+        shutil.copy(dataset / "shard-002.tar", dataset / "new.tar")
+        os.replace(dataset / "new.tar", dataset / "shard-001.tar")
+        with pytest.raises(OSError) as raised:
+            path.read_bytes()
+        assert raised.value.errno == errno.EIO
+
+
 def test_a_dataset_of_more_shards_than_the_server_may_open_files_reads_every_part(tmp_path):
     # The server kept every shard it had read open: past its limit of open files (a soft limit of 1,024
     # is common) each part of a further shard was an I/O error.

@@ -7,7 +7,9 @@ that evictions and read-aheads happen all the time, in every order a kernel may 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,35 @@ def test_a_split_leaves_out_the_samples_and_shards_its_exclude_list_names(base, 
         assert walk(whole) == everything
     finally:
         whole.close()
+
+
+def test_a_shard_replaced_or_rewritten_after_the_mount_started_reads_as_an_io_error_named_once(
+    base, tmp_path, capfd
+):
+    # The index's offsets are those of the shards as prepared: a shard file that is no longer the one the
+    # mount started with must not be read at them. A descriptor opened before keeps its own (old) file.
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    expected = expected_files(dataset, View.SHARD)
+    tree = MountTree(PreparedDataset(dataset), View.SHARD)
+    try:
+        opened = "shard-000.tar/s0_000/txt"
+        assert look_up(tree, opened) == expected[opened]
+        for replaced in ("shard-000.tar", "shard-001.tar"):  # renamed over, once open and once not
+            shutil.copy(dataset / "shard-002.tar", dataset / "new.tar")
+            os.replace(dataset / "new.tar", dataset / replaced)
+        rewritten = dataset / "shard-003.tar"  # same size, other bytes
+        rewritten.write_bytes(rewritten.read_bytes().replace(b"sample 30", b"sample 99"))
+        assert look_up(tree, opened) == expected[opened]
+        for path in ("shard-001.tar/s1_000/txt", "shard-001.tar/s1_001/json", "shard-003.tar/s3_000/txt"):
+            with pytest.raises(OSError) as raised:
+                look_up(tree, path)
+            assert raised.value.errno == errno.EIO, path
+        assert look_up(tree, "shard-002.tar/s2_000/txt") == expected["shard-002.tar/s2_000/txt"]
+    finally:
+        tree.close()
+    printed = capfd.readouterr().err
+    assert printed.count("shard-001.tar") == 1 and printed.count("shard-003.tar") == 1, printed
+    assert "shardprep prepare" in printed
 
 
 def test_shard_files_open_at_once_stay_within_their_bound(base, small_cache, monkeypatch):
