@@ -1,7 +1,7 @@
 """A read-only FUSE filesystem over a prepared dataset: a MountTree served by a FuseSession.
 
 `serve` mounts and answers requests in this process until the filesystem is unmounted (or Ctrl-C /
-SIGTERM, which unmount it); `serve_in_background` mounts here, so every error still reaches the
+SIGTERM, which unmount it, serving files still open until they are closed); `serve_in_background` mounts here, so every error still reaches the
 caller's terminal and exit status, then leaves the serving to a forked child and returns its pid.
 """
 
@@ -18,6 +18,8 @@ from prep.mount.session import FuseSession, Owner
 from prep.mount.tree import MountTree
 
 INIT_TIMEOUT_SECONDS = 30
+#: How long files still open at Ctrl-C or SIGTERM are served, at most, before the server ends anyway.
+OPEN_FILES_GRACE_SECONDS = 60
 
 
 def _owner(tree: MountTree) -> Owner:
@@ -31,8 +33,8 @@ def _mount(tree: MountTree, mountpoint: str) -> int:
 
 
 def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | None) -> None:
-    """Serve until unmounted; Ctrl-C or SIGTERM unmount first (lazily if files are still open), and a
-    watcher unmounts if this process ends any other way."""
+    """Serve until unmounted; Ctrl-C or SIGTERM unmount first (`_stop`), and a watcher unmounts if this
+    process ends any other way."""
     guard = unmount_if_left_dead(mountpoint)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
@@ -46,14 +48,32 @@ def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | N
             while not session.finished.wait(1.0):
                 pass
         except KeyboardInterrupt:
-            if unmount(mountpoint) is not None:
-                unmount(mountpoint, lazy=True)
-            session.finished.wait(10)
+            _stop(session, mountpoint)
     finally:
         signal.signal(signal.SIGTERM, previous)
         os.close(session.device)
         os.close(guard)
         session.tree.close()
+
+
+def _stop(session: FuseSession, mountpoint: str) -> None:
+    """Unmount. If files are open there, detach the mount (no new file opens) and go on serving the open
+    ones until the last is closed, which ends the session, for at most OPEN_FILES_GRACE_SECONDS or until
+    a second Ctrl-C or SIGTERM; files still open then fail with ENOTCONN."""
+    if unmount(mountpoint) is None:
+        session.finished.wait(10)
+        return
+    unmount(mountpoint, lazy=True)
+    print(
+        f"shardprep mount: files are still open under {mountpoint}; it is detached, and they are served until"
+        f" they are closed (at most {OPEN_FILES_GRACE_SECONDS} s). Ctrl-C again to stop now.",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        session.finished.wait(OPEN_FILES_GRACE_SECONDS)
+    except KeyboardInterrupt:
+        pass
 
 
 def serve(

@@ -192,6 +192,39 @@ def test_ctrl_c_in_the_foreground_unmounts_cleanly(base, tmp_path):
     assert not os.path.ismount(mountpoint)
 
 
+def test_ctrl_c_while_a_file_is_open_serves_it_until_closed_and_says_so(base, tmp_path):
+    dataset = prepared_dataset(base, "shardprep")
+    big = "shard-001.tar/s1_002/bin"
+    data = expected_files(dataset, "shard")[big]
+    mountpoint = tmp_path / "mnt"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--view", "shard", "-f"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
+        fd = os.open(mountpoint / big, os.O_RDONLY)
+        try:
+            assert os.pread(fd, 4096, 0) == data[:4096]
+            process.send_signal(signal.SIGINT)
+            said = process.stderr.readline()
+            assert "open" in said and "Ctrl-C again" in said, said
+            assert not os.path.ismount(mountpoint)  # detached: no new file opens there
+            assert os.pread(fd, 4096, len(data) // 2) == data[len(data) // 2 : len(data) // 2 + 4096]
+            assert process.poll() is None
+        finally:
+            os.close(fd)
+        out, err = process.communicate(timeout=10)  # the last file closed: the session ends
+        assert process.returncode == 0 and "unmounted" in out, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+        unmount_quietly(mountpoint)
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="hiding /dev/fuse needs root and unshare"
 )
