@@ -1030,7 +1030,7 @@ def _split_file_problems(reference: DatasetReference, where: str) -> list[Proble
     dataset, config = reference.path, reference.split_config
     split_file = dataset / META_DIR / config
     if not split_file.is_file():
-        if config == SPLIT_YAML:
+        if config == SPLIT_YAML or not split_file.parent.is_dir():  # not prepared: said when it is verified
             return []
         held = ", ".join(_split_files(dataset / META_DIR)) or "none"
         return [

@@ -1037,6 +1037,21 @@ def test_a_reference_to_a_split_its_dataset_does_not_have_is_named_with_the_spli
     )
 
 
+def test_a_reference_with_a_split_config_to_a_folder_never_prepared_is_named_not_a_traceback(tmp_path):
+    """With no `.nv-meta` at all, the split files it holds could not be listed: verify ended in a
+    FileNotFoundError traceback. The dataset's own check names it as not prepared."""
+    from prep.inspect.verify import verify_metadataset
+
+    (tmp_path / "ds").mkdir()
+    metadataset = tmp_path / "metadataset.yaml"
+    metadataset.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: ds\n"
+        "    split_config: custom.yaml\n"
+    )
+    [problem] = verify_metadataset(metadataset).problems
+    assert problem.where == "ds" and "is not a prepared dataset" in problem.what
+
+
 def test_a_reference_whose_split_config_is_missing_is_named_with_the_file(tmp_path):
     """energon's loader fails on a reference whose `split_config` is not in the dataset's `.nv-meta`."""
     from prep.inspect.verify import verify_metadataset
