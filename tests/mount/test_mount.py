@@ -157,13 +157,11 @@ def test_umount_unmounts_and_ends_the_mount_process(base, tmp_path):
         assert again.returncode != 0 and "not a mount point" in again.stderr
 
 
-def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str, data: bytes):
-    """Mount in the foreground with `flag`, read `name` (it must hold `data`), press Ctrl-C.
-
-    Returns the finished process and its stdout and stderr; nothing stays mounted.
-    """
+def mount_in_the_foreground(dataset: Path, mountpoint: Path, *flags: str) -> subprocess.Popen:
+    """`shardprep mount DATASET MOUNTPOINT FLAGS` (a foreground flag among them) as a child, once it says
+    it is mounted; the caller ends it and unmounts."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), flag],
+        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), *flags],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -171,6 +169,21 @@ def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str,
     )
     try:
         assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
+    except BaseException:
+        process.kill()
+        process.wait()
+        unmount_quietly(mountpoint)
+        raise
+    return process
+
+
+def ctrl_c_after_one_read(dataset: Path, mountpoint: Path, flag: str, name: str, data: bytes):
+    """Mount in the foreground with `flag`, read `name` (it must hold `data`), press Ctrl-C.
+
+    Returns the finished process and its stdout and stderr; nothing stays mounted.
+    """
+    process = mount_in_the_foreground(dataset, mountpoint, flag)
+    try:
         assert (mountpoint / name).read_bytes() == data
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=20)
@@ -197,15 +210,8 @@ def test_ctrl_c_while_a_file_is_open_serves_it_until_closed_and_says_so(base, tm
     big = "shard-001.tar/s1_002/bin"
     data = expected_files(dataset, "shard")[big]
     mountpoint = tmp_path / "mnt"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prep", "mount", str(dataset), str(mountpoint), "--view", "shard", "-f"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = mount_in_the_foreground(dataset, mountpoint, "--view", "shard", "-f")
     try:
-        assert process.stdout.readline().startswith(f"mounted at {mountpoint}")
         fd = os.open(mountpoint / big, os.O_RDONLY)
         try:
             assert os.pread(fd, 4096, 0) == data[:4096]
