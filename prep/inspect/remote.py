@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import astuple
@@ -47,7 +47,7 @@ from prep.inspect.verify import Problem, VerifyReport, verify_dataset, verify_me
 from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
 from prep.storage.scratch import scratch_folder
-from prep.storage.store import ObjectStore, open_store
+from prep.storage.store import ObjectInfo, ObjectStore, open_store
 from prep.tar.fields import BLOCK
 from prep.tar.scan import RangedHeaderWalker
 
@@ -82,12 +82,14 @@ def remote_mirror(
     *,
     tmp_path: str | Path | None = None,
     store: ObjectStore | None = None,
+    listed: list[ObjectInfo] | None = None,
 ) -> Iterator[tuple[Path, ObjectStore]]:
-    """(mirror folder, store) of the prepared dataset at `address`, its shards filled as `fill` says."""
+    """(mirror folder, store) of the prepared dataset at `address`, its shards filled as `fill` says;
+    `listed`: the store's objects, where the caller has listed them already."""
     store = store or open_store(require_address(address))
     with scratch_folder(tmp_path, "mirror") as root:
         try:
-            _mirror(store, root, fill)
+            _mirror(store, root, fill, listed)
             yield root, store
         except PrepError as error:  # named by the address, not the mirror (gone when the user reads it)
             if str(root) not in str(error):
@@ -100,11 +102,11 @@ def _named_by_address(text: str, mirror: Path, address: object) -> str:
     return text.replace(str(mirror), str(address))
 
 
-def _mirror(store: ObjectStore, root: Path, fill: str) -> None:
-    objects = {info.name: info for info in store.list()}
+def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] | None = None) -> None:
+    objects = {info.name: info for info in (store.list() if listed is None else listed)}
     meta_prefix = META_DIR + "/"
     meta = [name for name in objects if name.startswith(meta_prefix)]  # configs/x.yaml too
-    if not meta and METADATASET_YAML in objects:  # a polylithic write's folder: name its datasets
+    if _holds_metadataset(objects):  # a polylithic write's folder: name its datasets
         _download(store, root, METADATASET_YAML)
         raise metadataset_error(root, root / METADATASET_YAML)
     if not meta:
@@ -191,12 +193,11 @@ def verify_remote(
     """`verify` of a bucket dataset, on a mirror of its headers (or, with `deep`, of its whole shards); the
     report names the address, not the mirror. A metadataset there is verified by `verify_remote_metadataset`."""
     store = store or open_store(require_address(address))
-    if _holds_metadataset(store):
+    listed = store.list()
+    if _holds_metadataset({info.name for info in listed}):
         return verify_remote_metadataset(address, deep=deep, tmp_path=tmp_path, store=store)
-    with remote_mirror(address, "whole" if deep else "headers", tmp_path=tmp_path, store=store) as (
-        mirror,
-        _,
-    ):
+    fill = "whole" if deep else "headers"
+    with remote_mirror(address, fill, tmp_path=tmp_path, store=store, listed=listed) as (mirror, _):
         report = verify_dataset(mirror, deep=deep, dataset_config=dataset_config)
     return _named_report(report, address, mirror, address)
 
@@ -213,9 +214,9 @@ def _named_report(report: VerifyReport, root: str, mirror: Path, address: object
     return report
 
 
-def _holds_metadataset(store: ObjectStore) -> bool:
-    """Whether the address holds a metadataset (a polylithic write's folder), not a prepared dataset."""
-    names = {info.name for info in store.list()}
+def _holds_metadataset(names: Collection[str]) -> bool:
+    """Whether objects of these `names` (below an address) are a metadataset (a polylithic write's folder),
+    not a prepared dataset."""
     return METADATASET_YAML in names and not any(name.startswith(META_DIR + "/") for name in names)
 
 
@@ -274,6 +275,6 @@ def _mirror_place(store: ObjectStore, target: Path, folder: bool, fill: str) -> 
             path.touch()
         return
     try:
-        _mirror(store, target, fill)
+        _mirror(store, target, fill, objects)
     except PrepError:  # not a prepared dataset: verifying the folder says so
         return
