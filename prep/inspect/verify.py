@@ -949,6 +949,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     joined: dict[tuple[Path, str, Path], tuple[DatasetReference, AuxReference, set[str]]] = {}
     #: (YAML, its split, dataset, split file, split loaded) whose split file has been checked.
     split_files_checked: set[tuple[Path, str, Path, str, str]] = set()
+    split_files_read: dict[Path, dict[str, list[str]] | PrepError] = {}
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -998,7 +999,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
         if loaded not in split_files_checked:
             split_files_checked.add(loaded)
             yaml_where = where if name == metadataset else str(name)
-            report.problems.extend(_split_file_problems(reference, yaml_where))
+            report.problems.extend(_split_file_problems(reference, yaml_where, split_files_read))
         for aux in reference.aux:
             if not aux.path.is_dir():
                 what = f"split {reference.split!r} joins auxiliary dataset {aux.name!r} from"
@@ -1022,11 +1023,14 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     return report
 
 
-def _split_file_problems(reference: DatasetReference, where: str) -> list[Problem]:
+def _split_file_problems(
+    reference: DatasetReference, where: str, read: dict[Path, dict[str, list[str]] | PrepError]
+) -> list[Problem]:
     """The problem of a reference energon's loader fails on for its split file: a `split_config` not in
     the dataset's `.nv-meta` (FileNotFoundError), or a split it loads that the file does not have
     ('Invalid split part'); `where` names the YAML. A split.yaml missing or unreadable is the dataset's
-    own problem, said when it is verified."""
+    own problem, said when it is verified. `read` keeps each split file's splits (or why it cannot be
+    read) for the references after this one: a long `exclude` list takes seconds to parse."""
     dataset, config = reference.path, reference.split_config
     split_file = dataset / META_DIR / config
     if not split_file.is_file():
@@ -1042,12 +1046,16 @@ def _split_file_problems(reference: DatasetReference, where: str) -> list[Proble
                 f" {split_file}",
             )
         ]
-    try:
-        splits = read_splits(split_file)[0]
-    except PrepError as error:
+    if split_file not in read:
+        try:
+            read[split_file] = read_splits(split_file)[0]
+        except PrepError as error:
+            read[split_file] = error
+    splits = read[split_file]
+    if isinstance(splits, PrepError):
         if config == SPLIT_YAML:
             return []
-        return [Problem(where, str(error), f"correct {split_file}, or `split_config` in {where}")]
+        return [Problem(where, str(splits), f"correct {split_file}, or `split_config` in {where}")]
     if reference.split_part in splits:
         return []
     with_shards = [split for split, shards in splits.items() if shards] or list(splits)
