@@ -431,6 +431,8 @@ class BTreeFile:
         self.max_local_index = (usable - 12) * 64 // 255 - 23
         self.file = open(path, "r+b")  # noqa: SIM115 - closed by close() or abandon()
         size = self.file.seek(0, io.SEEK_END)
+        #: The bytes sqlite made (the header and the trees' roots): the only ones written over later.
+        self.head = size
         self.next_page = size // page_size + 1
         self.lock_page = LOCK_BYTE // page_size + 1
 
@@ -520,6 +522,12 @@ class BTreeFile:
             self.next_page += stop - first
             first = stop
         return numbers
+
+    def settled(self) -> int:
+        """Where the pages appended so far end, once they are in the file: from `head` to there, its bytes
+        stay as they are (pages are only appended after them, and put in roots' places before them)."""
+        self.file.flush()
+        return (self.next_page - 1) * self.page_size
 
     def close(self) -> None:
         """Write the page count and close the file (each tree closed first)."""
@@ -628,6 +636,10 @@ class OrderedTables:
                     raise Unsupported("entries before the last one")
             index_cells.append((*records(entries, None, self.out.max_local_index), last))
         return table, (cells, lengths, rowids), index_cells
+
+    def settled(self) -> tuple[int, int]:
+        """(head, end): the file's bytes between the two will not change again (`BTreeFile.settled`)."""
+        return self.out.head, self.out.settled()
 
     def close(self) -> None:
         """Write what is left and close the file: a valid database."""

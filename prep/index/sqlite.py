@@ -21,7 +21,7 @@ import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from prep.errors import PrepError
 from prep.index.format import (
@@ -115,6 +115,17 @@ class NullRowsError(PrepError):
         return (self.__class__, (self.table, self.column, self.count, self.first))
 
 
+class IndexGrowth(Protocol):
+    """Told how far the `index.sqlite` being written is final, so that it can be read (uploaded) while it
+    grows (`prep.storage.upload.GrowingUpload`)."""
+
+    def settled(self, head: int, end: int) -> None:
+        """The file's bytes from `head` to `end` will not change again (those before `head` will)."""
+
+    def unsettled(self) -> None:
+        """Any byte of the file may change from now on, up to its `finish`."""
+
+
 class SqliteIndexWriter:
     """Builds a fresh `index.sqlite` at `path` from each shard's ShardRows, shard by shard.
 
@@ -123,14 +134,16 @@ class SqliteIndexWriter:
                 writer.add_rows(rows)
             writer.finish()
 
-    Leaving the block without `finish` closes the half-built file (the caller's staging removes it).
+    Leaving the block without `finish` closes the half-built file (the caller's staging removes it). A
+    `growth` is told after each shard how much of the file is final.
     """
 
-    def __init__(self, path: Path, shard_names: list[str]) -> None:
+    def __init__(self, path: Path, shard_names: list[str], growth: IndexGrowth | None = None) -> None:
         from prep.index.btree import OrderedTables  # numpy, only where an index is written
 
         self.path = path
         self.shard_names = shard_names
+        self.growth = growth
         self._finished = False
         with closing(sqlite3.connect(path, isolation_level=None)) as db:
             db.execute("PRAGMA synchronous = OFF")  # a fresh file in a staging folder (see _connection)
@@ -148,6 +161,8 @@ class SqliteIndexWriter:
         """sqlite's connection to the index, the directly written pages closed first."""
         if self.db is None:
             if self.ordered is not None:
+                if self.growth is not None:
+                    self.growth.unsettled()
                 self.ordered.close()
                 self.ordered = None
             self.db = sqlite3.connect(self.path, isolation_level=None)
@@ -169,6 +184,8 @@ class SqliteIndexWriter:
         if self.ordered is not None:
             columns = _ordered_columns(rows, self.ordered.longest_text)
             if columns is not None and self.ordered.add(columns):
+                if self.growth is not None:
+                    self.growth.settled(*self.ordered.settled())
                 return
         db = self._connection()
         db.execute("BEGIN")

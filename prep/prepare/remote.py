@@ -16,7 +16,10 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    scanning its batch in a few threads with a client of its own; a small run, or one worker, stays in
    this process's threads;
 3. the index built and committed in the local folder, exactly as a local prepare builds it (a file whose
-   name has a part too long for a local file at its `local_path`);
+   name has a part too long for a local file at its `local_path`). `index.sqlite` (1.2 GB for 10M
+   samples) goes up while it is written: its parts in a multipart upload as the pages in them are
+   written for good, while the shards are still scanned (`prep.storage.upload.GrowingUpload`); the
+   upload is completed in its turn below, and nothing is visible under its name before;
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
@@ -54,9 +57,10 @@ from prep.processes import ordered_map
 from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import RangedObject
 from prep.storage.scratch import scratch_folder
-from prep.storage.store import ObjectInfo, ObjectStore, open_store
+from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, open_store
 from prep.storage.upload import (
     EarlyUpload,
+    GrowingUpload,
     Note,
     abort_earlier_uploads,
     earlier_uploads,
@@ -144,6 +148,8 @@ class BucketShards:
         self.early_folder: Path | None = None
         #: The `.tar.idx` files on their way up beside the rest of the index, if `indexed` began that.
         self.early: EarlyUpload | None = None
+        #: `index.sqlite` on its way up while it is written, if `index_growth` began that.
+        self.growing: GrowingUpload | None = None
 
     def list_objects(self) -> list[ObjectInfo]:
         listed = self.store.list()
@@ -208,6 +214,12 @@ class BucketShards:
         self.early = upload_early(self.store, links, self.objects)
         if self.early is not None:
             self.early.start()
+
+    def index_growth(self, path: Path) -> GrowingUpload:
+        """`index.sqlite`'s upload, begun while it is written (`GrowingUpload`): on a dataset of 10M
+        samples the file is 1.2 GB, which would otherwise go up after everything else."""
+        self.growing = GrowingUpload(self.store, f"{META_DIR}/{INDEX_SQLITE}", path)
+        return self.growing
 
     def checkpoint(self) -> ShardCheckpoint:
         """The shards' rows kept in `resume_folder`, each keyed by the shard's size and ETag as listed."""
@@ -297,23 +309,41 @@ def prepare_remote(
         _copy_existing_meta(source, root)
         leftovers = earlier_uploads(store, note)
         try:
-            shard_counts = prepare(root, options, wizard, progress, source=source)
-        except BaseException:
-            if source.early is not None:  # a bucket that held no index holds none of this run's files
-                source.early.withdraw()
-            raise
-        if shard_counts is not None:
-            built = [tar_index_name(shard) for shard in shard_counts]
-            built += [  # sub-folders too: --dataset-yaml-name configs/x.yaml
-                path.relative_to(root).as_posix()
-                for path in sorted((root / META_DIR).rglob("*"))
-                if path.is_file()
-            ]
-            abort_earlier_uploads(store, leftovers, built, note)
-            upload_dataset(store, root, built, source.early)
-            source.checkpoint().remove()  # what an interrupted run kept is for an index now uploaded
-            shutil.rmtree(source.resume_folder, ignore_errors=True)
-        return shard_counts
+            return _prepare_and_upload(root, options, wizard, progress, source, leftovers, note)
+        finally:
+            if source.growing is not None:  # (what it did not finish: a failure, or --tar-index-only)
+                source.growing.close()
+
+
+def _prepare_and_upload(
+    root: Path,
+    options: PrepareOptions,
+    wizard: Wizard | None,
+    progress: ShardProgress | None,
+    source: BucketShards,
+    leftovers: list[IncompleteUpload],
+    note: Note,
+) -> dict[str, int] | None:
+    """`prepare_remote`'s index built in `root` and uploaded."""
+    store = source.store
+    try:
+        shard_counts = prepare(root, options, wizard, progress, source=source)
+    except BaseException:
+        if source.early is not None:  # a bucket that held no index holds none of this run's files
+            source.early.withdraw()
+        raise
+    if shard_counts is not None:
+        built = [tar_index_name(shard) for shard in shard_counts]
+        built += [  # sub-folders too: --dataset-yaml-name configs/x.yaml
+            path.relative_to(root).as_posix()
+            for path in sorted((root / META_DIR).rglob("*"))
+            if path.is_file()
+        ]
+        abort_earlier_uploads(store, leftovers, built, note)
+        upload_dataset(store, root, built, source.early, source.growing)
+        source.checkpoint().remove()  # what an interrupted run kept is for an index now uploaded
+        shutil.rmtree(source.resume_folder, ignore_errors=True)
+    return shard_counts
 
 
 def _copy_existing_meta(source: BucketShards, root: Path) -> None:

@@ -74,7 +74,7 @@ from prep.index.meta import (
 )
 from prep.index.rows import MAX_PART_NAMES, ShardRows, write_tar_index
 from prep.index.splits import SHUFFLE_SEED, SplitSpec, parse_split_parts, parse_split_ratio
-from prep.index.sqlite import DuplicateKeyError, SqliteIndexWriter
+from prep.index.sqlite import DuplicateKeyError, IndexGrowth, SqliteIndexWriter
 from prep.index.staging import NAME_MAX, Staging
 from prep.media.filter import MediaFilter
 from prep.prepare.fix_duplicates import fix_duplicates, refuse_unfinished_fix
@@ -138,6 +138,10 @@ class ShardSource(Protocol):
         """Every shard was indexed without a problem: `tar_indexes` gives each `.tar.idx` (its name in the
         dataset: the staged file, renamed when the index is committed). Called before the rest of the
         index is written and committed."""
+
+    def index_growth(self, path: Path) -> IndexGrowth | None:
+        """What to tell how far the `index.sqlite` being written at `path` (the staged file) is final, if
+        anything is to be done with it meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -606,8 +610,10 @@ def _insert_rows(
     ]
     errors: list[PrepError] = []
     part_names: set[str] = set()
+    sqlite_path = staging.meta_file(INDEX_SQLITE)
+    growth = staged.source.index_growth(sqlite_path) if staged.source is not None else None
     with (
-        SqliteIndexWriter(staging.meta_file(INDEX_SQLITE), shards) as writer,
+        SqliteIndexWriter(sqlite_path, shards, growth) as writer,
         _scanned(_not_reused(tasks, checkpoint), workers, engine, ray_address, staged.source) as scanned,
     ):
         results = _resumed(tasks, scanned, checkpoint) if checkpoint is not None else scanned
@@ -636,7 +642,7 @@ def _insert_rows(
         writer.finish()
     staged.part_names = sorted(part_names)
     if staged.file_mode is not None:
-        os.chmod(staging.meta_file(INDEX_SQLITE), staged.file_mode)
+        os.chmod(sqlite_path, staged.file_mode)
     for shard, path in zip(shards, tar_indexes, strict=True):  # each shard's mode plus rw for the owner
         try:
             os.chmod(path, stat.S_IMODE((root / shard).stat().st_mode) | 0o600)

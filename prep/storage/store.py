@@ -346,56 +346,78 @@ class ObjectStore:
             with open(path, "rb") as file:
                 self.put(name, file.read())
             return
-        key, url = self.key(name), self.url(name)
         part_size = max(self.part_size, -(-size // MAX_PARTS))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            upload_id = self.start_multipart(name)
+            try:
+                parts: list[dict[str, Any]] = []
+                with ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
+                    going: deque[Future[dict[str, Any]]] = deque()
+                    for number, offset in enumerate(range(0, size, part_size), 1):
+                        if stop is not None and stop.is_set():
+                            raise StorageError(
+                                f"The upload of {self.url(name)} was stopped before its part {number}."
+                            )
+                        if len(going) == PART_THREADS:  # this file's parts: PART_THREADS on their way at most
+                            parts.append(going.popleft().result())
+                        length = min(part_size, size - offset)
+                        going.append(pool.submit(self.send_part, name, upload_id, number, fd, offset, length))
+                    parts += [part.result() for part in going]
+                self.finish_multipart(name, upload_id, parts)
+            except BaseException:
+                self.drop_multipart(name, upload_id)
+                raise
+        finally:
+            os.close(fd)
+
+    def start_multipart(self, name: str) -> str:
+        """Begin a multipart upload of object `name` (nothing is visible under the name until
+        `finish_multipart`); its upload id."""
+        key = self.key(name)
         created = self._call(
-            f"start a multipart upload of {url}",
+            f"start a multipart upload of {self.url(name)}",
             lambda: self.client.create_multipart_upload(Bucket=self.bucket, Key=key),
         )
-        upload_id = created["UploadId"]
+        return created["UploadId"]
 
-        def upload_part(number: int, offset: int, chunk: bytes) -> dict[str, Any]:
-            try:
-                answer = self._call(
-                    f"upload {url} bytes {offset}-{offset + len(chunk) - 1} (part {number})",
-                    lambda: self.client.upload_part(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
-                    ),
-                )
-            finally:
-                _PART_SLOTS.release()
-            return {"PartNumber": number, "ETag": answer["ETag"]}
-
-        try:
-            parts: list[dict[str, Any]] = []
-            with open(path, "rb") as file, ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
-                going: deque[Future[dict[str, Any]]] = deque()
-                for number, offset in enumerate(range(0, size, part_size), 1):
-                    if stop is not None and stop.is_set():
-                        raise StorageError(f"The upload of {url} was stopped before its part {number}.")
-                    if len(going) == PART_THREADS:  # this file's parts: PART_THREADS on their way at most
-                        parts.append(going.popleft().result())
-                    _PART_SLOTS.acquire()  # all files' parts in memory: PARTS_IN_MEMORY at most
-                    try:
-                        chunk = file.read(part_size)
-                        going.append(pool.submit(upload_part, number, offset, chunk))
-                    except BaseException:
-                        _PART_SLOTS.release()
-                        raise
-                parts += [part.result() for part in going]
-            finishing = client_for(replace(self.spec, read_timeout=COMPLETE_READ_TIMEOUT))
-            self._call(
-                f"finish the multipart upload of {url}",
-                lambda: finishing.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+    def send_part(
+        self, name: str, upload_id: str, number: int, fd: int, offset: int, length: int
+    ) -> dict[str, Any]:
+        """Upload part `number` of a multipart upload: `length` bytes of the open file `fd` from `offset`,
+        read once one of the PARTS_IN_MEMORY parts' room is free; what `finish_multipart` takes of it."""
+        key, url = self.key(name), self.url(name)
+        with _PART_SLOTS:  # all files' parts in memory: PARTS_IN_MEMORY at most
+            chunk = _read_at(fd, offset, length)
+            answer = self._call(
+                f"upload {url} bytes {offset}-{offset + length - 1} (part {number})",
+                lambda: self.client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
                 ),
             )
-        except BaseException:
-            try:
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-            except Exception:  # the bucket's lifecycle rules clean up what this could not
-                pass
-            raise
+        return {"PartNumber": number, "ETag": answer["ETag"]}
+
+    def finish_multipart(self, name: str, upload_id: str, parts: list[dict[str, Any]]) -> None:
+        """Complete a multipart upload of `parts` (`send_part`'s answers, in any order): the object
+        appears whole under its name."""
+        key = self.key(name)
+        ordered = sorted(parts, key=lambda part: part["PartNumber"])
+        finishing = client_for(replace(self.spec, read_timeout=COMPLETE_READ_TIMEOUT))
+        self._call(
+            f"finish the multipart upload of {self.url(name)}",
+            lambda: finishing.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": ordered}
+            ),
+        )
+
+    def drop_multipart(self, name: str, upload_id: str) -> None:
+        """Abort a multipart upload of this run's, as far as the bucket lets: this runs on the way out of a
+        failure, whose own error is the one to report (the bucket's lifecycle rules clean up what this
+        could not)."""
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key(name), UploadId=upload_id)
+        except Exception:
+            pass
 
     def delete(self, name: str) -> None:
         self._call(
@@ -451,6 +473,18 @@ class ObjectStore:
                     ) from None
                 time.sleep(delays[attempt])
         raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _read_at(fd: int, offset: int, length: int) -> bytes:
+    """`length` bytes of the open file `fd` from `offset` (fewer only where the file ends first)."""
+    chunks = []
+    while length > 0:
+        chunk = os.pread(fd, length, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset, length = offset + len(chunk), length - len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _object_size(response: dict[str, Any]) -> int | None:

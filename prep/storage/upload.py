@@ -18,6 +18,7 @@ run's, whatever the server's clock says) and aborts those of the objects it is a
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from prep.index.format import INFO_JSON, INFO_YAML, META_DIR, METADATASET_YAML
 from prep.index.staging import local_path
-from prep.storage.store import IncompleteUpload, ObjectStore, StorageError
+from prep.storage.store import MAX_PARTS, PART_THREADS, IncompleteUpload, ObjectStore, StorageError
 
 #: Files uploaded at once.
 UPLOAD_THREADS = 16
@@ -142,6 +143,130 @@ class EarlyUpload:
                     pass
 
 
+class GrowingUpload:
+    """A local file going up as one object while it is still being written, for a file that, past its
+    first bytes, only grows at its end: the `index.sqlite` that `prep.index.btree` writes by appending
+    pages (it tells a `prep.index.sqlite.IndexGrowth` how far the file is final). Each whole part after
+    the first goes up in threads as soon as the file holds it for good (`settled`), while the shards are
+    still being scanned; `finish` sends the first part (holding the first pages, which the writer rewrites
+    at the end) and those left, then completes the object, when `upload_dataset` comes to its name.
+    Nothing is visible under the name before that: an object already there stays as it is until then.
+
+    Where the file may change anywhere (`unsettled`: sqlite took over the writing), a part fails for
+    good, or the file needs more than MAX_PARTS parts, the parts sent are dropped and `finish` uploads the
+    file whole, as `ObjectStore.upload_file` does; `close` drops whatever was not finished."""
+
+    def __init__(self, store: ObjectStore, name: str, path: Path) -> None:
+        self.store = store
+        self.name = name
+        self.part_size = store.part_size
+        self._path = path
+        self._pool = ThreadPoolExecutor(PART_THREADS, "shardprep-index-part")
+        #: The file (opened at the first part to send: the writer makes it) and the upload, once begun.
+        self._fd: int | None = None
+        self._upload_id: str | None = None
+        self._parts: list[Future[dict]] = []
+        self._streaming = True
+
+    @property
+    def streamed_parts(self) -> int:
+        """The parts sent, or on their way, while the file was being written."""
+        return len(self._parts)
+
+    def settled(self, head: int, end: int) -> None:
+        """Bytes `head` to `end` of the file will not change again: send the whole parts among them, but
+        the first."""
+        if not self._streaming:
+            return
+        if head > self.part_size:
+            self._give_up()
+            return
+        while (len(self._parts) + 2) * self.part_size <= end:
+            number = len(self._parts) + 2
+            if number >= MAX_PARTS:  # (room for the last part)
+                self._give_up()
+                return
+            if self._upload_id is None:
+                try:
+                    self._fd = os.open(self._path, os.O_RDONLY)
+                    self._upload_id = self.store.start_multipart(self.name)
+                except (OSError, StorageError):  # the whole file goes up at the end, or says why not
+                    self._give_up()
+                    return
+            offset = (number - 1) * self.part_size
+            args = (self.name, self._upload_id, number, self._fd, offset, self.part_size)
+            self._parts.append(self._pool.submit(self.store.send_part, *args))
+
+    def unsettled(self) -> None:
+        """Any byte of the file may change from now on: `finish` uploads it whole."""
+        self._give_up()
+
+    def finish(self, path: Path, stop: threading.Event | None = None) -> None:
+        """Complete the object from the finished file (the one the parts were read from, which may have been
+        renamed to `path` since): the parts not sent yet, then the request that joins them. A StorageError
+        as `ObjectStore.upload_file` raises it, which `stop` stops as there."""
+        try:
+            answers = self._sent_answers()
+            if answers is None:
+                self.close()
+                self.store.upload_file(self.name, path, stop)
+                return
+            if stop is not None and stop.is_set():
+                raise StorageError(
+                    f"The upload of {self.store.url(self.name)} was stopped before its last parts."
+                )
+            assert self._fd is not None and self._upload_id is not None
+            size = os.fstat(self._fd).st_size
+            rest = [1, *range(len(answers) + 2, -(-size // self.part_size) + 1)]
+            going = []
+            for number in rest:
+                offset = (number - 1) * self.part_size
+                args = (
+                    self.name,
+                    self._upload_id,
+                    number,
+                    self._fd,
+                    offset,
+                    min(self.part_size, size - offset),
+                )
+                going.append(self._pool.submit(self.store.send_part, *args))
+            answers += [part.result() for part in going]
+            self.store.finish_multipart(self.name, self._upload_id, answers)
+            self._upload_id = None
+        finally:
+            self.close()
+
+    def _sent_answers(self) -> list[dict] | None:
+        """What the parts sent so far answered, or None where the file is not streamed (any more): a part
+        that failed for good (maybe only for a while), or a file of more parts than S3 takes (it goes up in
+        bigger ones), gives the streaming up."""
+        if not self._streaming or self._fd is None:
+            return None
+        if -(-os.fstat(self._fd).st_size // self.part_size) > MAX_PARTS:
+            self._give_up()
+            return None
+        try:
+            return [part.result() for part in self._parts]
+        except StorageError:
+            self._give_up()
+            return None
+
+    def close(self) -> None:
+        """Send no more parts, drop an upload not finished, and let go of the file."""
+        self._give_up()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _give_up(self) -> None:
+        """Stream no more: no part is sent after this, and those sent are dropped with their upload."""
+        self._streaming = False
+        self._pool.shutdown(cancel_futures=True)
+        if self._upload_id is not None:
+            self.store.drop_multipart(self.name, self._upload_id)
+            self._upload_id = None
+
+
 def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[str]) -> EarlyUpload | None:
     """An upload of the `.tar.idx` files `files` (name: local path), to `start` before the rest of their
     index is finished, if that cannot mislead a reader: only where no marker is among the names `present`
@@ -153,12 +278,16 @@ def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[s
 
 
 def upload_dataset(
-    store: ObjectStore, root: Path, names: list[str], early: EarlyUpload | None = None
+    store: ObjectStore,
+    root: Path,
+    names: list[str],
+    early: EarlyUpload | None = None,
+    growing: GrowingUpload | None = None,
 ) -> None:
     """Upload the files `names` (relative to `root`, at their `local_path`) to the same names below the
-    store's address: the old
-    markers it replaces deleted first, then `upload_order`; big files in parts. Those `early` is uploading
-    go on meanwhile and are waited for before the markers. An error says what a reader now sees."""
+    store's address: the old markers it replaces deleted first, then `upload_order`; big files in parts.
+    Those `early` is uploading go on meanwhile and are waited for before the markers; the file `growing`
+    has begun to send is finished by it in its place. An error says what a reader now sees."""
     try:
         if early is not None:
             names = [name for name in names if name not in early.files]
@@ -170,7 +299,7 @@ def upload_dataset(
             if early is not None and batch[0] in last:
                 early.wait()
                 early = None
-            _upload_batch(store, root, batch)
+            _upload_batch(store, root, batch, growing)
         if early is not None:
             early.wait()
     except StorageError as error:
@@ -225,14 +354,22 @@ def abort_earlier_uploads(
         )
 
 
-def _upload_batch(store: ObjectStore, root: Path, batch: list[str]) -> None:
-    """Upload the files `batch` at once, `UPLOAD_THREADS` at a time. A failure or an interruption (Ctrl-C,
-    SIGTERM) stops the rest: files not begun are not sent, multipart uploads under way send no further
-    part, and only requests already on their way are waited for."""
+def _upload_batch(store: ObjectStore, root: Path, batch: list[str], growing: GrowingUpload | None) -> None:
+    """Upload the files `batch` at once, `UPLOAD_THREADS` at a time (the one `growing` has begun, through
+    it). A failure or an interruption (Ctrl-C, SIGTERM) stops the rest: files not begun are not sent,
+    multipart uploads under way send no further part, and only requests already on their way are waited
+    for."""
     stop = threading.Event()
+
+    def upload(name: str) -> None:
+        if growing is not None and name == growing.name:
+            growing.finish(root / local_path(name), stop)
+        else:
+            store.upload_file(name, root / local_path(name), stop)
+
     pool = ThreadPoolExecutor(min(UPLOAD_THREADS, len(batch)), "shardprep-upload")
     try:
-        for done in [pool.submit(store.upload_file, name, root / local_path(name), stop) for name in batch]:
+        for done in [pool.submit(upload, name) for name in batch]:
             done.result()
     finally:
         stop.set()  # everything is up by now, unless the run is failing

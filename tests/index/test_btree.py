@@ -217,3 +217,58 @@ def test_an_index_past_one_gib_leaves_sqlites_lock_byte_page_out(tmp_path: Path)
         assert found.fetchall() == [(109, 4321)]
     finally:
         db.close()
+
+
+class SettledBytes:
+    """An `IndexGrowth` that keeps what the writer called final, to compare with the finished file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.settled_bytes: list[tuple[int, bytes]] = []
+        self.unsettled_after: int | None = None
+
+    def settled(self, head: int, end: int) -> None:
+        assert self.unsettled_after is None, "settled after unsettled"
+        self.settled_bytes.append((head, self.path.read_bytes()[head:end]))
+        assert len(self.settled_bytes[-1][1]) == end - head, "bytes called final are not in the file yet"
+
+    def unsettled(self) -> None:
+        self.unsettled_after = len(self.settled_bytes)
+
+
+def test_bytes_the_writer_calls_final_stay_as_they_are(tmp_path: Path) -> None:
+    """The contract a bucket prepare uploads index.sqlite by while it is written: after each shard, the
+    bytes from the head (the pages sqlite made, rewritten at the end) to the end of the pages written
+    are those of the finished file."""
+    path = tmp_path / "index.sqlite"
+    growth = SettledBytes(path)
+    shards = [shard_rows(i, [f"k{i:03d}-{n:05d}" for n in range(3000)], ("jpg", "json")) for i in range(6)]
+    with SqliteIndexWriter(path, [rows.shard for rows in shards], growth) as writer:
+        for rows in shards:
+            writer.add_rows(rows)
+        writer.finish()
+    final = path.read_bytes()
+    assert len(growth.settled_bytes) == len(shards) and growth.unsettled_after is None
+    head = growth.settled_bytes[0][0]
+    assert 0 < head < 64 * 1024, "only the first pages are written over at the end"
+    assert len(growth.settled_bytes[-1][1]) > len(final) // 2
+    for start, settled in growth.settled_bytes:
+        assert start == head and final[head : head + len(settled)] == settled
+    assert contents(path) == contents(build_inserted(tmp_path, shards))
+
+
+def test_a_writer_that_hands_over_to_sqlite_says_the_file_is_no_longer_final(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    growth = SettledBytes(path)
+    shards = [shard_rows(0, ["b", "c"]), shard_rows(1, ["a"])]  # keys going back: sqlite takes over
+    with SqliteIndexWriter(path, [rows.shard for rows in shards], growth) as writer:
+        for rows in shards:
+            writer.add_rows(rows)
+        writer.finish()
+    assert growth.unsettled_after == 1
+
+
+def build_inserted(folder: Path, shards: list[ShardRows]) -> Path:
+    path = folder / "inserted.sqlite"
+    build(path, shards, through_sqlite=True)
+    return path

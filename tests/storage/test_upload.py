@@ -3,13 +3,15 @@ leaves a dataset energon calls not prepared, never an old `.info.json` beside ne
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from prep.index.format import INFO_JSON, META_DIR
 from prep.prepare.run import prepare_dataset
 from prep.storage.address import parse_address
 from prep.storage.store import open_store
-from prep.storage.upload import upload_dataset, upload_early
+from prep.storage.upload import GrowingUpload, upload_dataset, upload_early
 from tests.support.shards import sample_members, write_tarfile
 
 
@@ -99,3 +101,66 @@ def test_an_interrupted_upload_sends_no_further_file_or_part(s3, tmp_path):
     sent = s3.keys("stopped")
     assert "x/big.tar" not in sent and len(sent) < 100, f"{len(sent)} of 301 files went up after Ctrl-C"
     assert not s3.client().list_multipart_uploads(Bucket="stopped").get("Uploads"), "parts left behind"
+
+
+PART = 5 << 20  # S3's smallest part
+
+
+def growing_file(path, size: int, seed: int) -> bytes:
+    data = random.Random(seed).randbytes(size)
+    path.write_bytes(data)
+    return data
+
+
+def test_a_file_still_growing_goes_up_part_by_part_and_whole(s3, tmp_path):
+    """`index.sqlite` of a bucket prepare goes up while it is written: each part the file holds for good
+    is sent at once, the first (whose head is written over at the end) and the last ones at `finish`; the
+    object is the finished file, under its name only once finished."""
+    s3.make_bucket("growing")
+    store = open_store(parse_address("s3://growing/ds"), part_size=PART, multipart_threshold=PART + 1)
+    path = tmp_path / "index.sqlite"
+    growing_file(path, 11 << 20, seed=1)
+    upload = GrowingUpload(store, ".nv-meta/index.sqlite", path)
+    upload.settled(4096, 9 << 20)
+    assert upload.streamed_parts == 0  # part 2 ends at 10 MiB
+    upload.settled(4096, 11 << 20)
+    assert upload.streamed_parts == 1
+    assert s3.incomplete_uploads("growing") == ["ds/.nv-meta/index.sqlite"]
+    assert not store.exists(".nv-meta/index.sqlite")
+    with path.open("r+b") as file:  # the head written over, more pages appended; then renamed
+        file.write(b"\xff" * 4096)
+        file.seek(0, 2)
+        file.write(b"tail" * 300_000)
+    final = path.read_bytes()
+    path.rename(tmp_path / "committed.sqlite")
+    upload.finish(tmp_path / "committed.sqlite")
+    assert store.get(".nv-meta/index.sqlite") == final
+    assert s3.incomplete_uploads("growing") == []
+
+
+def test_a_file_no_longer_final_drops_the_parts_sent_and_goes_up_whole(s3, tmp_path):
+    s3.make_bucket("unsettled")
+    store = open_store(parse_address("s3://unsettled/ds"), part_size=PART, multipart_threshold=PART + 1)
+    path = tmp_path / "index.sqlite"
+    growing_file(path, 11 << 20, seed=2)
+    upload = GrowingUpload(store, "index.sqlite", path)
+    upload.settled(4096, 11 << 20)
+    upload.unsettled()  # sqlite took over: the part sent may change
+    assert s3.incomplete_uploads("unsettled") == []
+    upload.settled(4096, 11 << 20)  # (nothing more is sent)
+    final = growing_file(path, 12 << 20, seed=3)
+    upload.finish(path)
+    assert upload.streamed_parts == 1
+    assert store.get("index.sqlite") == final
+    assert s3.incomplete_uploads("unsettled") == []
+
+
+def test_a_growing_upload_not_finished_leaves_nothing_in_the_bucket(s3, tmp_path):
+    s3.make_bucket("unfinished")
+    store = open_store(parse_address("s3://unfinished/ds"), part_size=PART, multipart_threshold=PART + 1)
+    path = tmp_path / "index.sqlite"
+    growing_file(path, 11 << 20, seed=4)
+    upload = GrowingUpload(store, "index.sqlite", path)
+    upload.settled(4096, 11 << 20)
+    upload.close()  # the run failed, or was interrupted
+    assert s3.incomplete_uploads("unfinished") == [] and s3.keys("unfinished") == []
