@@ -20,6 +20,7 @@ import os
 import sqlite3
 import stat
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -670,11 +671,11 @@ class _SplitCount:
 
 
 def _split_counts(
-    dataset: PreparedDataset, splits: dict[str, list[str]], samples: dict[int, dict]
+    dataset: PreparedDataset, split_file: str, splits: dict[str, list[str]], samples: dict[int, dict]
 ) -> dict[str, _SplitCount]:
-    """Each split's `_SplitCount`. `samples` (index.sqlite's, by tar_file_id) tells which excluded keys are
-    samples of their shard."""
-    excluded = dataset.excluded_samples()
+    """Each split's `_SplitCount` (of `split_file`). `samples` (index.sqlite's, by tar_file_id) tells which
+    excluded keys are samples of their shard."""
+    excluded = dataset.excluded_samples(split_file)
     counts = {}
     for split, names in splits.items():
         shards = held = loadable = 0
@@ -693,9 +694,13 @@ def _split_counts(
 
 
 def _split_problems(
-    dataset: PreparedDataset, splits: dict[str, list[str]], samples: dict[int, dict], root: str
+    dataset: PreparedDataset,
+    split_file: str,
+    splits: dict[str, list[str]],
+    samples: dict[int, dict],
+    root: str,
 ) -> tuple[list[Problem], list[Problem]]:
-    """(problems, warnings) of splits with no sample for energon to load.
+    """(problems, warnings) of the splits of `split_file` with no sample for energon to load.
 
     No split with a sample is one problem (`_no_split_problem`). With some split to load, a split that
     names shards but loads none of their samples (`exclude` drops each, or they hold none) is a problem,
@@ -704,9 +709,9 @@ def _split_problems(
     saying why. A split that names no shard is left alone: energon raises EmptyDatasetError ('No shards
     found in split part') when it is loaded, and prepare leaves val and test so unless asked.
     """
-    counts = _split_counts(dataset, splits, samples)
+    counts = _split_counts(dataset, split_file, splits, samples)
     if not any(count.loadable for count in counts.values()):
-        return [_no_split_problem(splits, counts, root)], []
+        return [_no_split_problem(split_file, splits, counts, root)], []
     problems, warnings = [], []
     for split, count in counts.items():
         if not count.shards or count.loadable:
@@ -716,12 +721,12 @@ def _split_problems(
         )
         if count.held:
             what = f"`exclude` drops every sample of the {count.shards} shard(s) split {split!r} names ({shards})"
-            fix = f"remove some of the samples of split {split!r} from `exclude` in {SPLIT_YAML}"
+            fix = f"remove some of the samples of split {split!r} from `exclude` in {split_file}"
         else:
             what = f"the {count.shards} shard(s) split {split!r} names ({shards}) hold no sample"
-            fix = f"add shards that hold samples (members named KEY.PART) to split {split!r} in {SPLIT_YAML}"
+            fix = f"add shards that hold samples (members named KEY.PART) to split {split!r} in {split_file}"
         problem = Problem(
-            f"{META_DIR}/{SPLIT_YAML}",
+            f"{META_DIR}/{split_file}",
             what
             + ", so energon loads none from it: its validation loader yields no sample from it, without an"
             " error (a split that names no shard raises EmptyDatasetError), and a training loader on it"
@@ -732,16 +737,17 @@ def _split_problems(
     return problems, warnings
 
 
-def _no_split_problem(splits: dict[str, list[str]], counts: dict[str, _SplitCount], root: str) -> Problem:
-    """The problem of a split.yaml that leaves no split a sample to load. energon's loader cannot load a
+def _no_split_problem(
+    split_file: str, splits: dict[str, list[str]], counts: dict[str, _SplitCount], root: str
+) -> Problem:
+    """The problem of a split file that leaves no split a sample to load. energon's loader cannot load a
     split that names no shard (it raises EmptyDatasetError, 'No shards found in split part'), and one
     whose every sample `exclude` drops yields none (its training loader waits for ever, or stops when
     the shards hold none)."""
     named = ", ".join(f"{split!r} ({len(names)} shard(s))" for split, names in splits.items()) or "none"
-    fix = (
-        f"name the shards of each split under `split_parts` in {SPLIT_YAML} and exclude only the samples not"
-        f" to load, or re-run `shardprep prepare {root}` to put every shard in a split again"
-    )
+    fix = f"name the shards of each split under `split_parts` in {split_file} and exclude only the samples not to load"
+    if split_file == SPLIT_YAML:  # the split file prepare writes
+        fix += f", or re-run `shardprep prepare {root}` to put every shard in a split again"
     if not any(splits.values()):
         what = (
             f"no split names a shard that `exclude` leaves in (splits: {named}): energon's loader cannot load"
@@ -758,7 +764,43 @@ def _no_split_problem(splits: dict[str, list[str]], counts: dict[str, _SplitCoun
             f"`exclude` drops every sample of the shards the splits name (splits: {named}): energon's"
             " loader finds no sample in any split (a training loader waits for ever)."
         )
-    return Problem(f"{META_DIR}/{SPLIT_YAML}", what, fix)
+    return Problem(f"{META_DIR}/{split_file}", what, fix)
+
+
+def _loaded_split_files(
+    dataset: PreparedDataset, split_files: Sequence[str], report: VerifyReport
+) -> dict[str, dict[str, list[str]]]:
+    """The splits of each of `split_files` that can be read, by file name. split.yaml that cannot be read is
+    a problem of the dataset (prepare writes it); another split file, of the metadataset reference that
+    names it as its `split_config` (`_split_file_problems`), so it is left out here without a word."""
+    loaded = {}
+    for split_file in dict.fromkeys(split_files):
+        try:
+            loaded[split_file] = dataset.splits(split_file)
+        except PrepError as error:
+            if split_file == SPLIT_YAML:
+                report.problems.append(_meta_file_problem(dataset, SPLIT_YAML, error))
+    return loaded
+
+
+def _unindexed_split_shards(
+    dataset: PreparedDataset, split_file: str, splits: dict[str, list[str]], root: str
+) -> list[Problem]:
+    """A problem for each shard a split of `split_file` names that `.info.json` does not list."""
+    fix = REPREPARE.format(root=root)
+    if split_file != SPLIT_YAML:  # prepare rewrites split.yaml, not this one
+        fix = f"remove the shard from {META_DIR}/{split_file}, or if it belongs in the dataset, {fix}"
+    return [
+        Problem(
+            f"{META_DIR}/{split_file}",
+            f"split {split!r} names shard {name!r}, which is not in .info.json"
+            + (" and does not exist." if not dataset.shard_path(name).exists() else "."),
+            fix,
+        )
+        for split, names in splits.items()
+        for name in names
+        if name not in dataset.shard_counts
+    ]
 
 
 def _null_rows(dataset: PreparedDataset, error: NullRowsError) -> str:
@@ -809,10 +851,12 @@ def verify_dataset(
     deep: bool = False,
     dataset_config: str = DATASET_YAML,
     auxiliary: bool = False,
+    split_files: Sequence[str] = (SPLIT_YAML,),
 ) -> VerifyReport:
-    """Check a prepared dataset, its dataset config being `.nv-meta/{dataset_config}`; the report lists
-    every problem found with its fix. An `auxiliary` dataset of a metadataset, which energon reads by
-    member name through index.sqlite alone, needs no dataset config, and its split.yaml excludes
+    """Check a prepared dataset, its dataset config being `.nv-meta/{dataset_config}` and its splits those
+    of the `split_files` in `.nv-meta` (a metadataset's references name theirs with `split_config`); the
+    report lists every problem found with its fix. An `auxiliary` dataset of a metadataset, which energon
+    reads by member name through index.sqlite alone, needs no dataset config, and its split.yaml excludes
     nothing from it."""
     dataset = PreparedDataset(root)
     report = VerifyReport(str(dataset.root), deep, dataset_config=dataset_config)
@@ -842,33 +886,20 @@ def verify_dataset(
             config = dataset.dataset_config(dataset_config)  # energon loads only a readable YAML mapping
         except PrepError as error:
             report.problems.append(_meta_file_problem(dataset, dataset_config, error))
-        known = set(dataset.shards)
-        split_yaml_read = False
-        try:
-            splits, excluded_shards = dataset.splits(), dataset.excluded_shards()
-            split_yaml_read = True
-        except PrepError as error:
-            report.problems.append(_meta_file_problem(dataset, SPLIT_YAML, error))
-            splits, excluded_shards = {}, set()
-        for split, names in splits.items():
-            for name in names:
-                if name not in known:
-                    report.problems.append(
-                        Problem(
-                            f"{META_DIR}/{SPLIT_YAML}",
-                            f"split {split!r} names shard {name!r}, which is not in .info.json"
-                            + (" and does not exist." if not dataset.shard_path(name).exists() else "."),
-                            REPREPARE.format(root=root_text),
-                        )
-                    )
-        in_splits = {name for names in splits.values() for name in names} | excluded_shards
+        loaded = _loaded_split_files(dataset, split_files, report)
+        in_splits: set[str] = set()
+        for split_file, splits in loaded.items():
+            report.problems.extend(_unindexed_split_shards(dataset, split_file, splits, root_text))
+            in_splits |= {name for names in splits.values() for name in names}
+            in_splits |= dataset.excluded_shards(split_file)
         for name in dataset.shards:
-            if splits and name not in in_splits:
+            if any(loaded.values()) and name not in in_splits:
                 report.warnings.append(
                     Problem(
                         name,
                         "is indexed but in no split, so energon never loads it.",
-                        "add it to a split in split.yaml or re-run prepare",
+                        f"add it to a split in {' or '.join(loaded)}"
+                        + (" or re-run prepare" if SPLIT_YAML in loaded else ""),
                     )
                 )
         sqlite_problem = _sqlite_problem(dataset, root_text)
@@ -896,10 +927,13 @@ def verify_dataset(
                     )
                 )
                 sqlite_problem = report.problems[-1]
-        if split_yaml_read and not auxiliary:  # energon reads an auxiliary dataset's members by name
-            split_problems, split_warnings = _split_problems(dataset, splits, samples, root_text)
-            report.problems.extend(split_problems)
-            report.warnings.extend(split_warnings)
+        if not auxiliary:  # energon reads an auxiliary dataset's members by name
+            for split_file, splits in loaded.items():
+                split_problems, split_warnings = _split_problems(
+                    dataset, split_file, splits, samples, root_text
+                )
+                report.problems.extend(split_problems)
+                report.warnings.extend(split_warnings)
         report.problems.extend(_module_problems(dataset, config, dataset_config))
         if parts:
             report.problems.extend(_unread_fields(config, parts, dataset_config))
@@ -936,12 +970,13 @@ def verify_dataset(
 
 
 def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool = True) -> VerifyReport:
-    """Check a metadataset: every dataset it names verified (its problems named by its path), every
-    dataset and auxiliary folder it names there, and every file the `aux.json` of the primary samples
-    it loads names in the auxiliary dataset (the samples of the split each reference loads: its
-    `split_part`, else the metadataset's split, in its `split_config`). energon's loader skips, without
-    saying why, every sample whose auxiliary folder or file is gone, so each is a problem here. Without
-    `aux_files`, the files the `aux.json` parts name are not checked."""
+    """Check a metadataset: every dataset it names verified (its splits those of the split files its
+    references load, their `split_config`; its problems named by its path), every dataset and auxiliary
+    folder it names there, and every file the `aux.json` of the primary samples it loads names in the
+    auxiliary dataset (the samples of the split each reference loads: its `split_part`, else the
+    metadataset's split, in its `split_config`). energon's loader skips, without saying why, every sample
+    whose auxiliary folder or file is gone, so each is a problem here. Without `aux_files`, the files the
+    `aux.json` parts name are not checked."""
     report = VerifyReport(str(metadataset), deep)
     where = metadataset.name
     checked: set[tuple[Path, str]] = set()
@@ -950,6 +985,11 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     #: (YAML, its split, dataset, split file, split loaded) whose split file has been checked.
     split_files_checked: set[tuple[Path, str, Path, str, str]] = set()
     split_files_read: dict[Path, dict[str, list[str]] | PrepError] = {}
+    references = read_metadataset(metadataset)
+    #: The split files each dataset's references load (their `split_config`): its splits are theirs.
+    split_files: dict[Path, dict[str, None]] = {}
+    for reference in references:
+        split_files.setdefault(reference.path, {})[reference.split_config] = None
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -962,8 +1002,9 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
         if (path, config) in checked:
             return
         checked.add((path, config))
+        loads = (SPLIT_YAML,) if aux else tuple(split_files[path])
         try:
-            part = verify_dataset(path, deep=deep, dataset_config=config, auxiliary=aux)
+            part = verify_dataset(path, deep=deep, dataset_config=config, auxiliary=aux, split_files=loads)
         except PrepError as error:
             fix = REPREPARE.format(root=path)
             inner = metadataset_file(path)
@@ -983,7 +1024,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
                 for problem in getattr(part, kind)
             )
 
-    for reference in read_metadataset(metadataset):
+    for reference in references:
         name = reference.metadataset
         if reference.path.is_file() and reference.path.suffix == ".jsonl":
             continue  # an energon JSONL dataset: no shards to check here

@@ -1075,3 +1075,43 @@ def test_a_reference_whose_split_config_is_missing_is_named_with_the_file(tmp_pa
         "correct `split_config` in metadataset.yaml to a split file .nv-meta holds (split.yaml), or write"
         f" {folder / 'primary' / '.nv-meta' / 'nope.yaml'}"
     )
+
+
+def _energon_loads(metadataset: Path, split: str) -> int:
+    """How many samples energon's loader finds in `split` of the metadataset (raising what it raises)."""
+    from megatron.energon import WorkerConfig
+    from megatron.energon.metadataset.loader import load_dataset
+
+    loaded = load_dataset(metadataset).get_datasets(
+        training=False, split_part=split, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0)
+    )
+    return sum(len(dataset.dataset) for dataset in loaded.datasets)
+
+
+def test_a_dataset_loaded_only_through_its_split_config_needs_no_split_yaml(tmp_path):
+    """energon reads a reference's splits from its `split_config` alone: a dataset that has all.yaml and
+    no split.yaml loads through a reference to all.yaml, so verify judges its splits by all.yaml (a shard
+    all.yaml names that is not indexed is a problem of all.yaml). Verified alone, it needs split.yaml."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    meta = folder / "primary" / ".nv-meta"
+    (meta / "split.yaml").rename(meta / "all.yaml")
+    metadataset = folder / "metadataset.yaml"
+    metadataset.write_text(
+        metadataset.read_text().replace(
+            "    path: primary\n", "    path: primary\n    split_config: all.yaml\n"
+        )
+    )
+    assert _energon_loads(metadataset, "train") == 6
+    report = verify_metadataset(metadataset)
+    assert report.healthy, report.problems
+    assert [p.where for p in problems_of(folder / "primary")] == [".nv-meta/split.yaml"]
+    all_yaml = yaml.safe_load((meta / "all.yaml").read_text())
+    all_yaml["split_parts"]["train"].append("gone.tar")
+    (meta / "all.yaml").write_text(yaml.safe_dump(all_yaml))
+    [problem] = verify_metadataset(metadataset).problems
+    assert problem.where == "primary/.nv-meta/all.yaml", problem
+    assert problem.what.startswith("split 'train' names shard 'gone.tar', which is not in .info.json"), (
+        problem
+    )
