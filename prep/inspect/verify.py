@@ -656,6 +656,8 @@ def _unread_fields(config: dict | None, parts: dict[int, dict], config_name: str
     return problems
 
 
+#: What energon's loader raises on loading a split that names no shard (`exclude` may drop every one).
+EMPTY_SPLIT_ERROR = "EmptyDatasetError, 'No shards found in split part'"
 #: The splits energon's validation loader (`get_val_dataset`) is given, which ends on an empty one; any
 #: other split may be trained on, whose loader waits for ever on a split with no sample to load.
 EVALUATION_SPLITS = ("val", "test")
@@ -706,8 +708,9 @@ def _split_problems(
     names shards but loads none of their samples (`exclude` drops each, or they hold none) is a problem,
     as energon's training loader on it waits for ever (or stops: 'Cannot repeat empty dataset
     indefinitely'), and a warning for val and test, whose validation loader yields no sample without
-    saying why. A split that names no shard is left alone: energon raises EmptyDatasetError ('No shards
-    found in split part') when it is loaded, and prepare leaves val and test so unless asked.
+    saying why. A split that names no shard is left alone: energon raises EMPTY_SPLIT_ERROR only when it
+    is loaded, and prepare leaves val and test so unless asked; a metadataset reference that loads one is
+    a problem of the reference (`_split_file_problems`).
     """
     counts = _split_counts(dataset, split_file, splits, samples)
     if not any(count.loadable for count in counts.values()):
@@ -741,7 +744,7 @@ def _no_split_problem(
     split_file: str, splits: dict[str, list[str]], counts: dict[str, _SplitCount], root: str
 ) -> Problem:
     """The problem of a split file that leaves no split a sample to load. energon's loader cannot load a
-    split that names no shard (it raises EmptyDatasetError, 'No shards found in split part'), and one
+    split that names no shard (it raises EMPTY_SPLIT_ERROR), and one
     whose every sample `exclude` drops yields none (its training loader waits for ever, or stops when
     the shards hold none)."""
     named = ", ".join(f"{split!r} ({len(names)} shard(s))" for split, names in splits.items()) or "none"
@@ -751,7 +754,7 @@ def _no_split_problem(
     if not any(splits.values()):
         what = (
             f"no split names a shard that `exclude` leaves in (splits: {named}): energon's loader cannot load"
-            " any of them (it raises EmptyDatasetError, 'No shards found in split part')."
+            f" any of them (it raises {EMPTY_SPLIT_ERROR})."
         )
     elif not any(count.held for count in counts.values()):
         what = (
@@ -1068,10 +1071,11 @@ def _split_file_problems(
     reference: DatasetReference, where: str, read: dict[Path, dict[str, list[str]] | PrepError]
 ) -> list[Problem]:
     """The problem of a reference energon's loader fails on for its split file: a `split_config` not in
-    the dataset's `.nv-meta` (FileNotFoundError), or a split it loads that the file does not have
-    ('Invalid split part'); `where` names the YAML. A split.yaml missing or unreadable is the dataset's
-    own problem, said when it is verified. `read` keeps each split file's splits (or why it cannot be
-    read) for the references after this one: a long `exclude` list takes seconds to parse."""
+    the dataset's `.nv-meta` (FileNotFoundError), a split it loads that the file does not have
+    ('Invalid split part'), or one that names no shard (EMPTY_SPLIT_ERROR); `where` names the YAML. A
+    split.yaml missing or unreadable is the dataset's own problem, said when it is verified. `read` keeps
+    each split file's splits (or why it cannot be read) for the references after this one: a long
+    `exclude` list takes seconds to parse."""
     dataset, config = reference.path, reference.split_config
     split_file = dataset / META_DIR / config
     if not split_file.is_file():
@@ -1097,9 +1101,21 @@ def _split_file_problems(
         if config == SPLIT_YAML:
             return []
         return [Problem(where, str(splits), f"correct {split_file}, or `split_config` in {where}")]
-    if reference.split_part in splits:
-        return []
     with_shards = [split for split, shards in splits.items() if shards] or list(splits)
+    if reference.split_part in splits:
+        if splits[reference.split_part]:
+            return []
+        return [
+            Problem(
+                where,
+                f"split {reference.split!r} loads split {reference.split_part!r} of dataset {reference.written!r}"
+                f" ({dataset}), which names no shard in {META_DIR}/{config}: energon's loader fails on it"
+                f" ({EMPTY_SPLIT_ERROR}).",
+                f"give the reference under split {reference.split!r} in {where} the `split_part` of a split that"
+                f" names shards ({', '.join(with_shards) or 'none'}), or name the shards of split"
+                f" {reference.split_part!r} under `split_parts` in {split_file}",
+            )
+        ]
     return [
         Problem(
             where,

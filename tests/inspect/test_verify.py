@@ -1115,3 +1115,44 @@ def test_a_dataset_loaded_only_through_its_split_config_needs_no_split_yaml(tmp_
     assert problem.what.startswith("split 'train' names shard 'gone.tar', which is not in .info.json"), (
         problem
     )
+
+
+def test_a_reference_loading_a_split_that_names_no_shard_is_named_with_the_splits_that_do(tmp_path):
+    """prepare leaves val and test naming no shard, and the dataset alone is healthy so; but energon's
+    loader raises EmptyDatasetError on a metadataset reference that loads such a split."""
+    from megatron.energon.flavors.webdataset.empty_dataset_error import EmptyDatasetError
+
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    assert verify_dataset(folder / "primary").healthy
+    metadataset = folder / "metadataset.yaml"
+
+    def write(val_split_part: str) -> None:
+        splits = {
+            split: {"path": "primary", "aux": {"media": "filesystem://media"}, "split_part": split_part}
+            for split, split_part in (("train", "train"), ("val", val_split_part))
+        }
+        metadataset.write_text(
+            yaml.safe_dump({"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": splits})
+        )
+
+    write("val")
+    with pytest.raises(EmptyDatasetError, match="No shards found in split part 'val'"):
+        _energon_loads(metadataset, "val")
+    [problem] = verify_metadataset(metadataset).problems
+    split_yaml = folder / "primary" / ".nv-meta" / "split.yaml"
+    assert (problem.where, problem.what) == (
+        "metadataset.yaml",
+        f"split 'val' loads split 'val' of dataset 'primary' ({folder / 'primary'}), which names no shard in"
+        " .nv-meta/split.yaml: energon's loader fails on it (EmptyDatasetError, 'No shards found in split"
+        " part').",
+    )
+    assert problem.fix == (
+        "give the reference under split 'val' in metadataset.yaml the `split_part` of a split that names"
+        f" shards (train), or name the shards of split 'val' under `split_parts` in {split_yaml}"
+    )
+    write("train")
+    assert _energon_loads(metadataset, "val") == 6
+    report = verify_metadataset(metadataset)
+    assert report.healthy, report.problems
