@@ -6,10 +6,12 @@ Every dataset reference is a mapping with a `path` (under `splits`, and inside `
 `blend_epochized` lists and mappings); its `aux` mapping names auxiliary datasets, `filesystem://PATH`
 for a plain folder of files, or a prepared dataset's path. The dataset's split energon loads for a
 metadataset split is the nearest `split_part` at or above the reference (its own, or its `join`'s), else
-the metadataset split's name, read from the reference's `split_config` (split.yaml unless given). Relative paths start at the YAML's folder, as
-energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in object
-storage (`msc://`, `s3://`) are left out: only local folders can be checked here. The YAML is read with
-the safe loader.
+the metadataset split's name, read from the reference's `split_config` (split.yaml unless given). energon
+7.4.1 reads no `aux` of an element of a `join` (its join loader gives the joined samples no auxiliary
+dataset), so such a reference's `aux` is kept apart as ignored. Relative paths start at the YAML's
+folder, as energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in
+object storage (`msc://`, `s3://`) are left out: only local folders can be checked here. The YAML is
+read with the safe loader.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class DatasetReference:
     #: `split`), from its `.nv-meta/{split_config}`.
     split_part: str = ""
     split_config: str = SPLIT_YAML
+    #: The `aux` of an element of a `join`, which energon ignores (`aux` is then empty).
+    ignored_aux: tuple[AuxReference, ...] = ()
 
 
 def metadataset_file(location: Path) -> Path | None:
@@ -90,7 +94,7 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
         )
     references: list[DatasetReference] = []
     for split, node in document["splits"].items():
-        for reference, split_part in _references(node, str(split)):
+        for reference, split_part, joined in _references(node, str(split)):
             written = reference["path"]
             resolved = _resolve(path, written)
             if resolved is None:
@@ -101,32 +105,39 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
                 references.extend(read_metadataset(resolved, _depth + 1))
                 continue
             aux = reference.get("aux")
+            aux = _aux(path, aux if isinstance(aux, dict) else {})
             references.append(
                 DatasetReference(
                     path,
                     str(split),
                     written,
                     resolved,
-                    _aux(path, aux if isinstance(aux, dict) else {}),
+                    () if joined else aux,
                     _text(reference, "dataset_config", DATASET_YAML),
                     split_part,
                     _text(reference, "split_config", SPLIT_YAML),
+                    aux if joined else (),
                 )
             )
     return references
 
 
-def _references(node: object, split_part: str) -> list[tuple[dict, str]]:
-    """(mapping, the split it loads) of every mapping with a `path` at or below `node`; `split_part` is the
-    split loaded where no mapping on the way names one."""
+def _references(node: object, split_part: str, joined: bool = False) -> list[tuple[dict, str, bool]]:
+    """(mapping, the split it loads, whether it is an element of a `join`) of every mapping with a `path`
+    at or below `node`; `split_part` is the split loaded where no mapping on the way names one, `joined`
+    whether `node` is inside a `join`."""
     if isinstance(node, list):
-        return [found for item in node for found in _references(item, split_part)]
+        return [found for item in node for found in _references(item, split_part, joined)]
     if not isinstance(node, dict):
         return []
     split_part = _text(node, "split_part", split_part)
     if isinstance(node.get("path"), str):
-        return [(node, split_part)]
-    return [found for value in node.values() for found in _references(value, split_part)]
+        return [(node, split_part, joined)]
+    return [
+        found
+        for key, value in node.items()
+        for found in _references(value, split_part, joined or key == "join")
+    ]
 
 
 def _text(mapping: dict, name: str, default: str) -> str:

@@ -1029,6 +1029,9 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
 
     for reference in references:
         name = reference.metadataset
+        yaml_where = where if name == metadataset else str(name)
+        if reference.ignored_aux:
+            report.warnings.append(_ignored_aux_warning(reference, yaml_where))
         if reference.path.is_file() and reference.path.suffix == ".jsonl":
             continue  # an energon JSONL dataset: no shards to check here
         if not reference.path.is_dir():
@@ -1042,7 +1045,6 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
         loaded = (name, reference.split, reference.path, reference.split_config, reference.split_part)
         if loaded not in split_files_checked:
             split_files_checked.add(loaded)
-            yaml_where = where if name == metadataset else str(name)
             report.problems.extend(_split_file_problems(reference, yaml_where, split_files_read))
         for aux in reference.aux:
             if not aux.path.is_dir():
@@ -1065,6 +1067,20 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     for reference, aux, splits in joined.values():
         report.problems.extend(_reference_problems(reference, aux, splits, metadataset.parent))
     return report
+
+
+def _ignored_aux_warning(reference: DatasetReference, where: str) -> Problem:
+    """The warning of `aux` on an element of a `join`, which energon ignores: its auxiliary datasets are
+    neither given to the samples nor checked. `where` names the YAML."""
+    names = ", ".join(aux.name for aux in reference.ignored_aux)
+    return Problem(
+        where,
+        f"split {reference.split!r} joins dataset {reference.written!r} ({reference.path}) with `aux`"
+        f" ({names}), which energon ignores on an element of a `join`: its samples get no auxiliary dataset,"
+        " and verify does not check it.",
+        f"remove `aux` from the element of the `join` in {where}; only a dataset reference outside a"
+        " `join` gives its samples auxiliary datasets",
+    )
 
 
 def _split_file_problems(

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import tarfile
@@ -1077,15 +1078,21 @@ def test_a_reference_whose_split_config_is_missing_is_named_with_the_file(tmp_pa
     )
 
 
-def _energon_loads(metadataset: Path, split: str) -> int:
-    """How many samples energon's loader finds in `split` of the metadataset (raising what it raises)."""
+def _energon_loaded(metadataset: Path, split: str) -> list:
+    """The datasets (energon's `LoadedDataset`s) energon's loader builds for `split` of the metadataset,
+    raising what it raises."""
     from megatron.energon import WorkerConfig
     from megatron.energon.metadataset.loader import load_dataset
 
     loaded = load_dataset(metadataset).get_datasets(
         training=False, split_part=split, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0)
     )
-    return sum(len(dataset.dataset) for dataset in loaded.datasets)
+    return loaded.datasets
+
+
+def _energon_loads(metadataset: Path, split: str) -> int:
+    """How many samples energon's loader finds in `split` of the metadataset (raising what it raises)."""
+    return sum(len(dataset.dataset) for dataset in _energon_loaded(metadataset, split))
 
 
 def test_a_dataset_loaded_only_through_its_split_config_needs_no_split_yaml(tmp_path):
@@ -1156,3 +1163,46 @@ def test_a_reference_loading_a_split_that_names_no_shard_is_named_with_the_split
     assert _energon_loads(metadataset, "val") == 6
     report = verify_metadataset(metadataset)
     assert report.healthy, report.problems
+
+
+def test_aux_on_an_element_of_a_join_is_said_to_be_ignored_not_checked(tmp_path):
+    """energon 7.4.1 gives no auxiliary dataset to the samples of a `join` (its join loader drops each
+    element's `aux`, and does not look for it): a missing media file or folder there stops nothing, so
+    verify says `aux` is ignored instead of naming what it lacks."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    shutil.copytree(folder / "primary", folder / "other")
+    (folder / "media" / "k03.jpg").unlink()
+    metadataset = folder / "join.yaml"
+    join = {
+        "a": {"path": "primary", "aux": {"media": "filesystem://media"}},
+        "b": {"path": "other", "aux": {"media": "filesystem://gone"}},
+    }
+    joiner = {"__module__": "megatron.energon", "__class__": "CaptioningSample"}
+    metadataset.write_text(
+        yaml.safe_dump(
+            {
+                "__module__": "megatron.energon",
+                "__class__": "MetadatasetV2",
+                "splits": {"train": {"join": join, "joiner": joiner}},
+            }
+        )
+    )
+    loaded = _energon_loaded(metadataset, "train")
+    assert [(len(dataset.dataset), dataset.aux) for dataset in loaded] == [(6, None)]
+    report = verify_metadataset(metadataset)
+    assert report.healthy, report.problems
+    assert [(warning.where, warning.what) for warning in report.warnings] == [
+        (
+            "join.yaml",
+            f"split 'train' joins dataset {written!r} ({folder / written}) with `aux` (media), which energon"
+            " ignores on an element of a `join`: its samples get no auxiliary dataset, and verify does not"
+            " check it.",
+        )
+        for written in ("primary", "other")
+    ]
+    assert report.warnings[0].fix == (
+        "remove `aux` from the element of the `join` in join.yaml; only a dataset reference outside a"
+        " `join` gives its samples auxiliary datasets"
+    )
