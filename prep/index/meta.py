@@ -143,9 +143,7 @@ def read_info(meta: Path) -> dict:
     if _is_file(meta / INFO_JSON):
         path, info = meta / INFO_JSON, _parse(meta / INFO_JSON, json.loads, ValueError)
     elif _is_file(meta / INFO_YAML):
-        import yaml
-
-        path, info = meta / INFO_YAML, _parse(meta / INFO_YAML, yaml.safe_load, yaml.YAMLError)
+        path, info = meta / INFO_YAML, _parse_yaml(meta / INFO_YAML)
     else:
         raise PrepError(
             f"{meta.parent} has not been prepared: {META_DIR}/{INFO_JSON} is missing. {RERUN_PREPARE}"
@@ -175,6 +173,15 @@ def _parse(path: Path, loads: Callable[[str], object], errors: type[Exception] |
         ) from None
     except errors as error:
         raise PrepError(f"{path} is not valid ({error}). {RERUN_PREPARE}") from None
+
+
+def _parse_yaml(path: Path) -> object:
+    """A YAML meta file parsed as far as energon's reader can parse it (`prep.index.yaml_reader`)."""
+    import yaml
+
+    from prep.index.yaml_reader import load_yaml
+
+    return _parse(path, lambda text: load_yaml(text, path), yaml.YAMLError)
 
 
 def read_shard_counts(meta: Path) -> dict[str, int]:
@@ -215,9 +222,7 @@ def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
     Entries of `exclude` that contain a `/` below a shard name exclude single samples; energon keeps them
     in the exclude list, and so does this function.
     """
-    import yaml
-
-    raw = _parse(path, yaml.safe_load, yaml.YAMLError)
+    raw = _parse_yaml(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
         raise PrepError(f"{path} has no `split_parts` mapping, so no split can be read. {RERUN_PREPARE}")
     excludes = expand([str(pattern) for pattern in raw.get("exclude") or []])
@@ -232,9 +237,7 @@ def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
 def read_dataset_yaml(path: Path) -> dict:
     """`dataset.yaml` parsed; PrepError naming the file unless it is a YAML mapping, the only kind energon
     loads."""
-    import yaml
-
-    config = _parse(path, yaml.safe_load, yaml.YAMLError)
+    config = _parse_yaml(path)
     if not isinstance(config, dict):
         holds = "is empty" if config is None else f"holds a YAML {type(config).__name__}"
         raise PrepError(

@@ -11,7 +11,7 @@ the metadataset split's name, read from the reference's `split_config` (split.ya
 dataset), so such a reference's `aux` is kept apart as ignored. Relative paths start at the YAML's
 folder, as energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in
 object storage (`msc://`, `s3://`) are left out: only local folders can be checked here. The YAML is
-read with the safe loader.
+read with the safe loader, and refused where energon's reader reads it otherwise (`prep.index.yaml_reader`).
 """
 
 from __future__ import annotations
@@ -81,8 +81,10 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
     """
     import yaml
 
+    from prep.index.yaml_reader import load_yaml
+
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = load_yaml(path.read_text(encoding="utf-8"), path)
     except OSError as error:
         raise PrepError(f"{path} cannot be read ({error.strerror}).") from None
     except (UnicodeDecodeError, yaml.YAMLError) as error:

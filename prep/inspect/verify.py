@@ -46,6 +46,7 @@ from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import read_splits, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
 from prep.index.sqlite import NullRowsError
+from prep.index.yaml_reader import UnresolvedAliasError
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
@@ -823,8 +824,11 @@ def _null_rows(dataset: PreparedDataset, error: NullRowsError) -> str:
 
 
 def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) -> Problem:
-    """A file of `.nv-meta` that cannot be used: made readable if it is there but cannot be opened, else
-    rebuilt (a missing one too)."""
+    """A file of `.nv-meta` that cannot be used: made readable if it is there but cannot be opened, written
+    without aliases if it has one (energon's reader does not resolve them), else rebuilt (a missing one
+    too)."""
+    if isinstance(error, UnresolvedAliasError):  # readable, but not as energon reads it
+        return Problem(f"{META_DIR}/{name}", error.problem, error.advice)
     reason = unreadable_reason(dataset.meta / name)
     gone = reason in (os.strerror(errno.ENOENT), os.strerror(errno.ENOTDIR))
     fix = REPREPARE.format(root=dataset.root) if reason is None or gone else READABLE

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from prep.errors import PrepError
 from prep.index import sqlite as index_sqlite
 from prep.index.columns import TextColumn
 from prep.index.sqlite import IndexReader
@@ -658,6 +660,19 @@ def test_samples_rechecked_member_by_member_keep_what_energon_keeps(tmp_path, pr
     )
 
 
+class NoAliasDumper(yaml.SafeDumper):
+    """`yaml.safe_dump` writing an object met twice out in full each time, as energon's reader needs."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def energon_load_yaml(text: bytes) -> object:
+    from megatron.energon.eyaml import load_yaml
+
+    return load_yaml(text)
+
+
 def polylithic(folder: Path, aux_format: str) -> Path:
     """A dataset written with `--media-column`: `primary/`, `media/` and `metadataset.yaml`."""
     from prep.write import write_dataset
@@ -736,9 +751,9 @@ def test_media_files_are_checked_for_the_samples_of_the_split_each_reference_loa
     reference = {"path": "primary", "aux": {"media": "filesystem://media"}}
 
     def write(splits: dict) -> None:
-        metadataset.write_text(
-            yaml.safe_dump({"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": splits})
-        )
+        document = {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": splits}
+        metadataset.write_text(yaml.dump(document, Dumper=NoAliasDumper))
+        assert energon_load_yaml(metadataset.read_bytes()) == document  # `reference` is shared, unaliased
 
     write({"train": reference, "val": {**reference, "split_part": "train"}})
     report = verify_metadataset(metadataset)
@@ -754,6 +769,54 @@ def test_media_files_are_checked_for_the_samples_of_the_split_each_reference_loa
     [problem] = verify_metadataset(metadataset).problems
     assert problem.what.startswith("sample 'k05' (its aux.json at byte "), problem
     assert problem.fix.endswith("`shard-000001.tar/k05` to `exclude` in primary/.nv-meta/all.yaml")
+
+
+#: A value written twice in each YAML file energon reads: by `yaml.safe_dump` of an object met twice, or by hand.
+ALIASED = {
+    "metadataset.yaml": lambda text: yaml.safe_dump(  # the `aux` mapping of both references
+        {
+            **(doc := yaml.safe_load(text)),
+            "splits": {"train": (train := doc["splits"]["train"]), "val": {**train, "split_part": "train"}},
+        }
+    ),
+    "primary/.nv-meta/split.yaml": lambda text: yaml.safe_dump(
+        {
+            **(doc := yaml.safe_load(text)),
+            "split_parts": {**doc["split_parts"], "val": doc["split_parts"]["train"]},
+        }
+    ),
+    "primary/.nv-meta/dataset.yaml": lambda text: (
+        "__module__: &module megatron.energon\n__class__: CrudeWebdataset\nsubflavors: {origin: *module}\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("file", list(ALIASED))
+def test_an_alias_in_a_yaml_file_energon_reads_is_named_with_its_line(tmp_path, file):
+    """energon's YAML reader reads an alias as the text `*name`, not the value its anchor marks: a file
+    with one is named, with the alias's line and how to write it, not found healthy."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    path = folder / file
+    text = ALIASED[file](path.read_text())
+    path.write_text(text)
+    line, alias = next((n, row) for n, row in enumerate(text.splitlines(), 1) if ": *" in row)
+    alias = alias.split(": *")[1].rstrip("}")
+    assert f"'*{alias}'" in repr(
+        energon_load_yaml(text.encode())
+    )  # energon's reader: the text, not the value
+    said = f"line {line} holds the alias `*{alias}` (of the anchor `&{alias}` on line"
+    if file == "metadataset.yaml":
+        with pytest.raises(PrepError, match=re.escape(f"{path}: {said}")):
+            verify_metadataset(path)
+    else:
+        [problem] = verify_metadataset(folder / "metadataset.yaml").problems
+        assert problem.where == file and problem.what.startswith(said), problem
+        assert "energon's YAML reader does not resolve anchors and aliases" in problem.what
+        assert problem.fix.startswith(f"write the value out in full in place of each alias in {path}")
+    path.write_text(yaml.dump(yaml.safe_load(text), Dumper=NoAliasDumper))
+    assert verify_metadataset(folder / "metadataset.yaml").healthy
 
 
 def tar_members_of(shard: Path) -> list[tuple[str, bytes]]:
@@ -1003,7 +1066,7 @@ def test_a_reference_to_a_split_its_dataset_does_not_have_is_named_with_the_spli
     metadataset = folder / "metadataset.yaml"
     reference = {"path": "primary", "aux": {"media": "filesystem://media"}}
     metadataset.write_text(
-        yaml.safe_dump(
+        yaml.dump(
             {
                 "__module__": "megatron.energon",
                 "__class__": "MetadatasetV2",
@@ -1012,7 +1075,8 @@ def test_a_reference_to_a_split_its_dataset_does_not_have_is_named_with_the_spli
                     "extra": reference,
                     "val": {**reference, "split_part": "bogus"},
                 },
-            }
+            },
+            Dumper=NoAliasDumper,
         )
     )
     result = run_shardprep("verify", str(metadataset))
