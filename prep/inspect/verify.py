@@ -410,9 +410,11 @@ def _deep_check_shard(
     parts: dict,
     tar_file_id: int,
     auxiliary: bool,
+    split_files: Sequence[str],
 ) -> None:
-    """Re-index the whole shard from its headers, compare with the index, and decode every member (in an
-    `auxiliary` dataset of a metadataset, one that does not decode cannot be excluded by split.yaml)."""
+    """Re-index the whole shard from its headers, compare with the index, and decode every member; one
+    that does not decode may be dropped with `exclude` in each of `split_files` (those energon loads the
+    dataset's splits from), except in an `auxiliary` dataset of a metadataset, read by member name."""
     try:
         rows = shard_rows(str(dataset.shard_path(checker.shard)), checker.shard, tar_file_id)
     except PrepError as error:
@@ -449,7 +451,7 @@ def _deep_check_shard(
             continue  # already reported as outside the shard
         problem = content_problem(name, buffer[offset : offset + size].tobytes())
         if problem is not None:
-            drop = f"`{checker.shard}/{keys.get(index, '?')}` to `exclude` in split.yaml"
+            drop = f"`{checker.shard}/{keys.get(index, '?')}` to `exclude` in {' and '.join(split_files)}"
             checker.problem(
                 f"member {keys.get(index, '?')}.{name} at byte {offset:,} cannot be decoded as {name.rsplit('.', 1)[-1]} ({problem}).",
                 FIX_AUX_SOURCE if auxiliary else f"{FIX_SOURCE}, or drop the sample by adding {drop}",
@@ -467,9 +469,11 @@ def _check_shard(
     *,
     indexed: bool = True,
     auxiliary: bool = False,
+    split_files: Sequence[str] = (SPLIT_YAML,),
 ) -> None:
     """Check one shard against its `.tar.idx` and, when `indexed` (index.sqlite could be read), against
-    its rows in index.sqlite; `auxiliary`: the shard of a metadataset's auxiliary dataset."""
+    its rows in index.sqlite; `auxiliary`: the shard of a metadataset's auxiliary dataset; `split_files`:
+    those energon loads its splits from."""
     shard = dataset.shards[tar_file_id]
     count = dataset.shard_counts[shard]
     checker = _ShardChecker(report, str(dataset.root), shard)
@@ -576,7 +580,9 @@ def _check_shard(
                 )
             _check_parts(checker, buffer, samples, parts, end, start_ok)
             if deep:
-                _deep_check_shard(checker, dataset, buffer, samples, parts, tar_file_id, auxiliary)
+                _deep_check_shard(
+                    checker, dataset, buffer, samples, parts, tar_file_id, auxiliary, split_files
+                )
             del buffer
     finally:
         os.close(fd)
@@ -970,6 +976,7 @@ def verify_dataset(
                 deep,
                 indexed=sqlite_problem is None,
                 auxiliary=auxiliary,
+                split_files=tuple(dict.fromkeys(split_files)),
             )
     finally:
         dataset.close()

@@ -1046,6 +1046,35 @@ def test_an_undecodable_member_of_a_shard_named_with_braces_is_named_with_its_fi
     assert problem.fix.endswith("`y{1..2}.tar/k{1}-00000` to `exclude` in split.yaml"), problem.fix
 
 
+def test_an_undecodable_member_is_to_be_excluded_in_the_split_file_a_metadataset_loads(tmp_path):
+    """A dataset a metadataset loads only through another `split_config`: excluding the sample in its
+    split.yaml would drop nothing energon loads, so the --deep fix names the split file that applies."""
+    from prep.inspect.verify import verify_metadataset
+
+    root = tmp_path / "d"
+    members = sample_members("k", 4)
+    members[0] = ("k00000.json", b"{not json")
+    write_tarfile(root / "y.tar", members)
+    prepare_dataset(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    meta = root / ".nv-meta"
+    (meta / "all.yaml").write_text((meta / "split.yaml").read_text())
+    metadataset = tmp_path / "m.yaml"
+    reference = {"path": "d", "split_config": "all.yaml"}
+    metadataset.write_text(
+        yaml.safe_dump(
+            {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": {"train": reference}}
+        )
+    )
+    (problem,) = [
+        p for p in verify_metadataset(metadataset, deep=True).problems if "cannot be decoded" in p.what
+    ]
+    assert problem.where == "d/y.tar" and problem.fix.endswith("`y.tar/k00000` to `exclude` in all.yaml"), (
+        problem
+    )
+    (problem,) = [p for p in verify_dataset(root, deep=True).problems if "cannot be decoded" in p.what]
+    assert problem.fix.endswith("`y.tar/k00000` to `exclude` in split.yaml"), problem  # the dataset alone
+
+
 def _energon_split_error(dataset: Path, split_part: str, split_config: str) -> str:
     """What energon's loader says reading `split_part` of `dataset` from `.nv-meta/{split_config}`."""
     from megatron.energon.epathlib import EPath
