@@ -992,7 +992,6 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     whose auxiliary folder or file is gone, so each is a problem here. Without `aux_files`, the files the
     `aux.json` parts name are not checked."""
     report = VerifyReport(str(metadataset), deep)
-    where = metadataset.name
     checked: set[tuple[Path, str]] = set()
     #: The splits loaded of each (primary, split file, auxiliary), whose samples' references are checked.
     joined: dict[tuple[Path, str, Path], tuple[DatasetReference, AuxReference, set[str]]] = {}
@@ -1005,9 +1004,13 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     for reference in references:
         split_files.setdefault(reference.path, {})[reference.split_config] = None
 
+    def named(yaml: Path) -> str:
+        """Where a problem of `yaml` is: the top YAML by its file name, a nested one by its full path."""
+        return yaml.name if yaml == metadataset else str(yaml)
+
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
-            str(name) if name != metadataset else where,
+            named(name),
             f"{what} {written!r}, which is {path}: {'it does not exist' if not path.exists() else 'not a folder'}.",
             f"move it back to {path}, or correct the path in {name} (relative paths start at its folder)",
         )
@@ -1040,7 +1043,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
 
     for reference in references:
         name = reference.metadataset
-        yaml_where = where if name == metadataset else str(name)
+        yaml_where = named(name)
         if reference.ignored_aux:
             report.warnings.append(_ignored_aux_warning(reference, yaml_where))
         if reference.path.is_file() and reference.path.suffix == ".jsonl":

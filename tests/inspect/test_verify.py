@@ -865,6 +865,28 @@ def test_a_metadataset_naming_a_metadataset_folder_is_told_to_name_its_yaml_not_
     assert problem.fix.startswith(f"name {folder / 'metadataset.yaml'} as the path instead"), problem.fix
 
 
+def test_a_problem_of_a_nested_metadataset_is_named_by_its_full_path_of_the_top_one_by_its_file_name(
+    tmp_path,
+):
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    inner, outer = folder / "metadataset.yaml", tmp_path / "outer.yaml"
+
+    def write(path: Path, splits: dict) -> None:
+        document = {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": splits}
+        path.write_text(yaml.safe_dump(document))
+
+    write(inner, {"train": {"path": "gone"}, "val": {"path": "primary", "split_part": "bogus"}})
+    write(outer, {"train": {"path": "poly/metadataset.yaml"}, "val": {"path": "lost"}})
+    problems = verify_metadataset(outer).problems
+    assert [(p.where, p.what.split(" ", 3)[:3]) for p in problems] == [
+        (str(inner), ["split", "'train'", "reads"]),  # the dataset is missing
+        (str(inner), ["split", "'val'", "loads"]),  # a split the dataset does not have
+        ("outer.yaml", ["split", "'val'", "reads"]),
+    ], problems
+
+
 def test_a_metadataset_whose_primary_dataset_is_damaged_names_the_shard_below_it(tmp_path):
     folder = polylithic(tmp_path / "poly", "folder")
     shard = sorted((folder / "primary").glob("*.tar"))[0]
