@@ -102,22 +102,22 @@ def delete_stale(store: ObjectStore, names: list[str]) -> None:
 
 
 class EarlyUpload:
-    """Files uploaded in threads while the caller goes on (a bucket prepare sends each shard's `.tar.idx`
-    up as soon as it is written, while other shards are scanned), made by `upload_early`, each begun by
-    `add`; `upload_dataset` waits for them before the markers, and a run that fails before its upload
-    calls `withdraw`."""
+    """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
+    while the rest of the index is written and uploaded), made by `upload_early` and begun by `start`;
+    `upload_dataset` waits for them before the markers, and a run that fails before its upload calls
+    `withdraw`."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
         self.store = store
-        self.files: dict[str, Path] = {}
-        self._pool = ThreadPoolExecutor(UPLOAD_THREADS, "shardprep-upload")
+        self.files = files
+        self._pool = ThreadPoolExecutor(min(UPLOAD_THREADS, max(1, len(files))), "shardprep-upload")
         self._uploads: dict[str, Future[None]] = {}
 
-    def add(self, name: str, path: Path) -> None:
-        """Begin uploading the local file `path` as object `name` (apart from making the object, so that
-        whoever holds it can withdraw the uploads whenever an interruption comes)."""
-        self.files[name] = path
-        self._uploads[name] = self._pool.submit(self.store.upload_file, name, path)
+    def start(self) -> None:
+        """Begin the uploads (apart from making the object, so that whoever holds it can withdraw them
+        whenever an interruption comes)."""
+        for name, path in self.files.items():
+            self._uploads[name] = self._pool.submit(self.store.upload_file, name, path)
 
     def wait(self) -> None:
         """Return once every file is up; the first StorageError is raised."""
@@ -267,14 +267,14 @@ class GrowingUpload:
             self._upload_id = None
 
 
-def upload_early(store: ObjectStore, present: Iterable[str]) -> EarlyUpload | None:
-    """An upload of `.tar.idx` files to begin before the rest of their index is finished, if that cannot
-    mislead a reader: only where no marker is among the names `present` in the bucket (a prepared
-    dataset's old `.tar.idx` files must stay until its markers are withdrawn; without markers nothing
-    reads them). None otherwise."""
-    if markers(list(present)):
+def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[str]) -> EarlyUpload | None:
+    """An upload of the `.tar.idx` files `files` (name: local path), to `start` before the rest of their
+    index is finished, if that cannot mislead a reader: only where no marker is among the names `present`
+    in the bucket (a prepared dataset's old `.tar.idx` files must stay until its markers are withdrawn;
+    without markers nothing reads them). None otherwise."""
+    if markers(list(present)) or not all(name.endswith(TAR_INDEX_SUFFIX) for name in files):
         return None
-    return EarlyUpload(store)
+    return EarlyUpload(store, files)
 
 
 def upload_dataset(

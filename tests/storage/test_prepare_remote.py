@@ -432,25 +432,3 @@ def test_index_sqlite_goes_up_while_it_is_written_and_equals_a_local_prepares(s3
     prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
     ours, reference = prepared_outputs(fetched), prepared_outputs(local)
     assert ours["sqlite"] == reference["sqlite"] and ours["tar.idx"] == reference["tar.idx"]
-
-
-def test_offsets_sent_while_shards_are_scanned_are_deleted_when_a_later_shard_is_bad(
-    s3, tmp_path, monkeypatch
-):
-    """Each shard's `.tar.idx` goes up as soon as it is written, where the bucket holds no index; a bad
-    shard after them fails the run, which deletes them again: the bucket holds only the shards."""
-    sent = []
-    add = remote.EarlyUpload.add
-    monkeypatch.setattr(
-        remote.EarlyUpload, "add", lambda self, name, path: (sent.append(name), add(self, name, path))
-    )
-    for shard in range(3):
-        write_tarfile(tmp_path / "src" / f"s-{shard}.tar", sample_members(f"s{shard}-", 5))
-    cut = tmp_path / "src" / "s-3.tar"
-    cut.write_bytes((tmp_path / "src" / "s-0.tar").read_bytes()[:2000])
-    s3.make_bucket("late")
-    s3.upload_folder(tmp_path / "src", "late", "ds")
-    with pytest.raises(PrepError, match="s-3.tar at byte"):
-        prepare_remote("s3://late/ds", PrepareOptions(split_ratio="1,0,0"))
-    assert sent == ["s-0.tar.idx", "s-1.tar.idx", "s-2.tar.idx"]
-    assert s3.keys("late") == [f"ds/s-{shard}.tar" for shard in range(4)]
