@@ -211,26 +211,24 @@ class GrowingUpload:
                 self.close()
                 self.store.upload_file(self.name, path, stop)
                 return
+            assert self._fd is not None and self._upload_id is not None
+            size, upload_id, fd = os.fstat(self._fd).st_size, self._upload_id, self._fd
+
+            def send(number: int) -> dict:
+                if stop is not None and stop.is_set():  # interrupted, or another upload failed
+                    raise StorageError(
+                        f"The upload of {self.store.url(self.name)} was stopped before its part {number}."
+                    )
+                offset = (number - 1) * self.part_size
+                length = min(self.part_size, size - offset)
+                return self.store.send_part(self.name, upload_id, number, fd, offset, length)
+
+            rest = [1, *range(len(answers) + 2, -(-size // self.part_size) + 1)]
+            answers += [part.result() for part in [self._pool.submit(send, number) for number in rest]]
             if stop is not None and stop.is_set():
                 raise StorageError(
-                    f"The upload of {self.store.url(self.name)} was stopped before its last parts."
+                    f"The upload of {self.store.url(self.name)} was stopped before it was finished."
                 )
-            assert self._fd is not None and self._upload_id is not None
-            size = os.fstat(self._fd).st_size
-            rest = [1, *range(len(answers) + 2, -(-size // self.part_size) + 1)]
-            going = []
-            for number in rest:
-                offset = (number - 1) * self.part_size
-                args = (
-                    self.name,
-                    self._upload_id,
-                    number,
-                    self._fd,
-                    offset,
-                    min(self.part_size, size - offset),
-                )
-                going.append(self._pool.submit(self.store.send_part, *args))
-            answers += [part.result() for part in going]
             self.store.finish_multipart(self.name, self._upload_id, answers)
             self._upload_id = None
         finally:

@@ -10,7 +10,7 @@ import pytest
 from prep.index.format import INFO_JSON, META_DIR
 from prep.prepare.run import prepare_dataset
 from prep.storage.address import parse_address
-from prep.storage.store import open_store
+from prep.storage.store import StorageError, open_store
 from prep.storage.upload import GrowingUpload, upload_dataset, upload_early
 from tests.support.shards import sample_members, write_tarfile
 
@@ -164,3 +164,21 @@ def test_a_growing_upload_not_finished_leaves_nothing_in_the_bucket(s3, tmp_path
     upload.settled(4096, 11 << 20)
     upload.close()  # the run failed, or was interrupted
     assert s3.incomplete_uploads("unfinished") == [] and s3.keys("unfinished") == []
+
+
+def test_a_growing_upload_stopped_at_its_finish_sends_no_further_part(s3, tmp_path):
+    """An interruption (or another file failing) while the upload batch reaches `index.sqlite`: its parts
+    not yet sent stay here, and the upload is dropped, not completed."""
+    import threading
+
+    s3.make_bucket("stopfinish")
+    store = open_store(parse_address("s3://stopfinish/ds"), part_size=PART, multipart_threshold=PART + 1)
+    path = tmp_path / "index.sqlite"
+    growing_file(path, 11 << 20, seed=5)
+    upload = GrowingUpload(store, "index.sqlite", path)
+    upload.settled(4096, 11 << 20)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(StorageError, match="stopped before its part"):
+        upload.finish(path, stop)
+    assert s3.incomplete_uploads("stopfinish") == [] and s3.keys("stopfinish") == []
