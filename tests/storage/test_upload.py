@@ -112,19 +112,25 @@ def growing_file(path, size: int, seed: int) -> bytes:
     return data
 
 
-def test_a_file_still_growing_goes_up_part_by_part_and_whole(s3, tmp_path):
-    """`index.sqlite` of a bucket prepare goes up while it is written: each part the file holds for good
-    is sent at once, the first (whose head is written over at the end) and the last ones at `finish`; the
-    object is the finished file, under its name only once finished."""
-    s3.make_bucket("growing")
-    store = open_store(parse_address("s3://growing/ds"), part_size=PART, multipart_threshold=PART + 1)
-    path = tmp_path / "index.sqlite"
-    growing_file(path, 11 << 20, seed=1)
-    upload = GrowingUpload(store, ".nv-meta/index.sqlite", path)
+def streaming(s3, bucket: str, path, name: str = "index.sqlite"):
+    """(store, upload): an 11 MiB file at `path` whose part 2 (of 5 MiB parts) is on its way to `bucket`."""
+    s3.make_bucket(bucket)
+    store = open_store(parse_address(f"s3://{bucket}/ds"), part_size=PART, multipart_threshold=PART + 1)
+    growing_file(path, 11 << 20, seed=len(bucket))
+    upload = GrowingUpload(store, name, path)
     upload.settled(4096, 9 << 20)
     assert upload.streamed_parts == 0  # part 2 ends at 10 MiB
     upload.settled(4096, 11 << 20)
     assert upload.streamed_parts == 1
+    return store, upload
+
+
+def test_a_file_still_growing_goes_up_part_by_part_and_whole(s3, tmp_path):
+    """`index.sqlite` of a bucket prepare goes up while it is written: each part the file holds for good
+    is sent at once, the first (whose head is written over at the end) and the last ones at `finish`; the
+    object is the finished file, under its name only once finished."""
+    path = tmp_path / "index.sqlite"
+    store, upload = streaming(s3, "growing", path, ".nv-meta/index.sqlite")
     assert s3.incomplete_uploads("growing") == ["ds/.nv-meta/index.sqlite"]
     assert not store.exists(".nv-meta/index.sqlite")
     with path.open("r+b") as file:  # the head written over, more pages appended; then renamed
@@ -139,12 +145,8 @@ def test_a_file_still_growing_goes_up_part_by_part_and_whole(s3, tmp_path):
 
 
 def test_a_file_no_longer_final_drops_the_parts_sent_and_goes_up_whole(s3, tmp_path):
-    s3.make_bucket("unsettled")
-    store = open_store(parse_address("s3://unsettled/ds"), part_size=PART, multipart_threshold=PART + 1)
     path = tmp_path / "index.sqlite"
-    growing_file(path, 11 << 20, seed=2)
-    upload = GrowingUpload(store, "index.sqlite", path)
-    upload.settled(4096, 11 << 20)
+    store, upload = streaming(s3, "unsettled", path)
     upload.unsettled()  # sqlite took over: the part sent may change
     assert s3.incomplete_uploads("unsettled") == []
     upload.settled(4096, 11 << 20)  # (nothing more is sent)
@@ -156,12 +158,7 @@ def test_a_file_no_longer_final_drops_the_parts_sent_and_goes_up_whole(s3, tmp_p
 
 
 def test_a_growing_upload_not_finished_leaves_nothing_in_the_bucket(s3, tmp_path):
-    s3.make_bucket("unfinished")
-    store = open_store(parse_address("s3://unfinished/ds"), part_size=PART, multipart_threshold=PART + 1)
-    path = tmp_path / "index.sqlite"
-    growing_file(path, 11 << 20, seed=4)
-    upload = GrowingUpload(store, "index.sqlite", path)
-    upload.settled(4096, 11 << 20)
+    _, upload = streaming(s3, "unfinished", tmp_path / "index.sqlite")
     upload.close()  # the run failed, or was interrupted
     assert s3.incomplete_uploads("unfinished") == [] and s3.keys("unfinished") == []
 
@@ -171,12 +168,8 @@ def test_a_growing_upload_stopped_at_its_finish_sends_no_further_part(s3, tmp_pa
     not yet sent stay here, and the upload is dropped, not completed."""
     import threading
 
-    s3.make_bucket("stopfinish")
-    store = open_store(parse_address("s3://stopfinish/ds"), part_size=PART, multipart_threshold=PART + 1)
     path = tmp_path / "index.sqlite"
-    growing_file(path, 11 << 20, seed=5)
-    upload = GrowingUpload(store, "index.sqlite", path)
-    upload.settled(4096, 11 << 20)
+    _, upload = streaming(s3, "stopfinish", path)
     stop = threading.Event()
     stop.set()
     with pytest.raises(StorageError, match="stopped before its part"):
