@@ -448,6 +448,13 @@ class IndexReader:
             connection.commit()
         return connection
 
+    def excluded_places(self) -> list[tuple[int, int]]:
+        """(tar_file_id, sample_index) of each sample a reader made with `excluded` leaves out: those of
+        the keys it was given that the index holds in their shard."""
+        if not self._excluded:
+            return []
+        return self._db().execute("SELECT tar_file_id, sample_index FROM temp.excluded_samples").fetchall()
+
     def check(self) -> None:
         """Open and close a connection, so an unreadable index is reported before any work (and before a
         fork: connections are opened where they are used)."""

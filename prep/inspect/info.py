@@ -18,6 +18,7 @@ from prep.errors import PrepError
 from prep.index.columns import TextColumn
 from prep.index.dataset import PreparedDataset
 from prep.index.format import DATASET_YAML
+from prep.index.sqlite import IndexReader
 
 PERCENTILES = (50, 90, 99)
 LARGEST_SAMPLES = 5
@@ -122,15 +123,12 @@ def _places(tar: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 def _excluded_places(dataset: PreparedDataset) -> np.ndarray:
     """The places (`_places`) of the samples the split file excludes one by one."""
-    tars, indexes = [], []
-    for tar_file_id, keys in dataset.excluded_samples().items():
-        for key in sorted(keys):
-            place = dataset.index.sample_place(key)  # (rowid, tar_file_id)
-            sample = dataset.index.sample_by_rowid(place[0]) if place and place[1] == tar_file_id else None
-            if sample is not None:
-                tars.append(tar_file_id)
-                indexes.append(sample.index)
-    return _places(np.array(tars, dtype=np.int64), np.array(indexes, dtype=np.int64))
+    reader = IndexReader(dataset.sqlite_path, excluded=dataset.excluded_samples())
+    try:
+        places = np.array(reader.excluded_places(), dtype=np.int64).reshape(-1, 2)
+    finally:
+        reader.close()
+    return _places(places[:, 0], places[:, 1])
 
 
 def dataset_info(
