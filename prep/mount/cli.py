@@ -2,7 +2,7 @@
 
 The mount is made by this process in either mode, so a refusal (no FUSE, a busy mount point) reaches
 the terminal and the exit status. In the background (the default) a forked child serves it and this
-command prints one "mounted at" line and returns.
+command prints one "mounted at" line, then where the server's messages go, and returns.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import click
 from prep.cli import DatasetLocation
 from prep.errors import PrepError
 from prep.mount.device import FS_TYPE, mounted_here, server_gone, unmount
+from prep.mount.messages import SYSLOG_WHERE
 from prep.mount.tree import View
 
 if TYPE_CHECKING:
@@ -88,6 +89,14 @@ def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | Non
 )
 @click.option("--foreground", "-f", is_flag=True, help="Serve in this process until Ctrl-C or umount.")
 @click.option("--debug", is_flag=True, help="Print each FUSE request to stderr (implies --foreground).")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="In the background, append what the server says while it serves (e.g. a shard changed under"
+    " it) to this file (created with mode 600; not through a symbolic link). Without it they go to"
+    f" {SYSLOG_WHERE} if there is one. In the foreground they go to stderr.",
+)
 def mount_command(
     dataset: Path | str,
     mountpoint: Path,
@@ -95,9 +104,11 @@ def mount_command(
     split: str | None,
     foreground: bool,
     debug: bool,
+    log_file: Path | None,
 ) -> None:
     """Mount a prepared DATASET read-only at MOUNTPOINT; each sample part appears as a file."""
     from prep.index.dataset import PreparedDataset
+    from prep.mount import messages
     from prep.mount.device import fuse_problem
     from prep.mount.serve import serve, serve_in_background
     from prep.mount.tree import MountTree
@@ -112,12 +123,21 @@ def mount_command(
     if problem is not None:
         raise PrepError(f"Cannot mount: {problem}")
     dataset, mountpoint = dataset.absolute(), _real(mountpoint)
-    tree = MountTree(PreparedDataset(dataset), View(view), split)
+    background = not (foreground or debug)
+    said = messages.in_background(log_file) if background else messages.STDERR
+    tree = MountTree(PreparedDataset(dataset), View(view), split, said)
     tree.index.check()
     _check_mountpoint(mountpoint, tree.dataset)
-    if not (foreground or debug):
+    if background:
         pid = serve_in_background(tree, str(mountpoint))
         click.echo(f"{READY_PREFIX}{mountpoint} (pid {pid}); unmount with `shardprep umount {mountpoint}`.")
+        if said.where is None:
+            click.echo(
+                f"Its messages are not kept (no syslog at {messages.SYSLOG_SOCKET}): give --log-file PATH to"
+                " keep them, or serve in the foreground with -f to see them."
+            )
+        else:
+            click.echo(f"Its messages go to {said.where}.")
         return
 
     def ready() -> None:

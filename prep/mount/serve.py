@@ -2,7 +2,8 @@
 
 `serve` mounts and answers requests in this process until the filesystem is unmounted (or Ctrl-C /
 SIGTERM, which unmount it, serving files still open until they are closed); `serve_in_background` mounts here, so every error still reaches the
-caller's terminal and exit status, then leaves the serving to a forked child and returns its pid.
+caller's terminal and exit status, then leaves the serving to a forked child and returns its pid. What
+the server says while it serves goes to the tree's `messages` (`prep.mount.messages`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def _run(session: FuseSession, mountpoint: str, on_ready: Callable[[], None] | N
         session.tree.close()
 
 
+def _session(device: int, tree: MountTree, owner: Owner, trace: bool = False) -> FuseSession:
+    return FuseSession(device, tree, owner, trace=trace, messages=tree.messages)
+
+
 def _stop(session: FuseSession, mountpoint: str) -> None:
     """Unmount. If files are open there, detach the mount (no new file opens) and go on serving the open
     ones until the last is closed, which ends the session, for at most OPEN_FILES_GRACE_SECONDS or until
@@ -64,11 +69,9 @@ def _stop(session: FuseSession, mountpoint: str) -> None:
         session.finished.wait(10)
         return
     unmount(mountpoint, lazy=True)
-    print(
-        f"shardprep mount: files are still open under {mountpoint}; it is detached, and they are served until"
-        f" they are closed (at most {OPEN_FILES_GRACE_SECONDS} s). Ctrl-C again to stop now.",
-        file=sys.stderr,
-        flush=True,
+    session.messages.say(
+        f"files are still open under {mountpoint}; it is detached, and they are served until they are"
+        f" closed (at most {OPEN_FILES_GRACE_SECONDS} s). Ctrl-C again to stop now."
     )
     try:
         session.finished.wait(OPEN_FILES_GRACE_SECONDS)
@@ -85,14 +88,15 @@ def serve(
     """
     owner = _owner(tree)  # before mounting: nothing under the mount point may be read once it is there
     device = _mount(tree, mountpoint)
-    _run(FuseSession(device, tree, owner, trace=trace), mountpoint, on_ready)
+    _run(_session(device, tree, owner, trace), mountpoint, on_ready)
 
 
 def serve_in_background(tree: MountTree, mountpoint: str) -> int:
     """Mount `tree` at `mountpoint`, hand the serving to a forked child, and return the child's pid.
 
     Returns once the child has answered the kernel's first request, so the mount is usable; if the
-    child fails before that, the mount is undone and the reason raised here.
+    child fails before that, the mount is undone and the reason raised here. The child's stdin, stdout and
+    stderr are /dev/null: it speaks through `tree.messages`, whose log file (if any) it inherits open.
     """
     owner = _owner(tree)
     device = _mount(tree, mountpoint)
@@ -115,15 +119,22 @@ def serve_in_background(tree: MountTree, mountpoint: str) -> int:
                 os.write(ready_write, b"1")
                 os.close(ready_write)
 
-            _run(FuseSession(device, tree, owner), mountpoint, ready)
+            _run(_session(device, tree, owner), mountpoint, ready)
+        except BaseException as error:  # noqa: BLE001 - nobody else would hear of it
+            tree.messages.say(f"the server of {mountpoint} stopped: {error}")
         finally:
             os._exit(0)
     os.close(ready_write)
     os.close(device)
+    tree.messages.close()  # the child's copy stays open
     answered = os.read(ready_read, 1)
     os.close(ready_read)
     if answered != b"1":
         os.waitpid(child, 0)
         unmount(mountpoint, lazy=True)
-        raise PrepError(f"The mount process for {mountpoint} stopped before the kernel started the session.")
+        kept = tree.messages.where
+        said = f" What it said, if anything, is in {kept}." if kept is not None else ""
+        raise PrepError(
+            f"The mount process for {mountpoint} stopped before the kernel started the session.{said}"
+        )
     return child

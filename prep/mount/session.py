@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prep.mount import wire
+from prep.mount.messages import STDERR, Messages
 from prep.mount.nodes import Tree
 
 #: The data never changes under a mount, so the kernel may keep names and attributes this long.
@@ -60,9 +61,12 @@ class Owner:
 class FuseSession:
     """Serves one Tree on an open FUSE device until the filesystem is unmounted."""
 
-    def __init__(self, device: int, tree: Tree, owner: Owner, trace: bool = False) -> None:
+    def __init__(
+        self, device: int, tree: Tree, owner: Owner, trace: bool = False, messages: Messages = STDERR
+    ) -> None:
         self.device = device
-        self.trace = trace
+        self.trace = trace  # each request on stderr (--debug, in the foreground)
+        self.messages = messages
         self.tree = tree
         self.packer = wire.NodePacker(owner.uid, owner.gid, owner.time_s, owner.time_ns, CACHE_SECONDS)
         self.initialised = threading.Event()
@@ -167,7 +171,7 @@ class FuseSession:
                 )
             reply = wire.pack_init_reply(flags, MAX_PAGES, minor)
         except ValueError as error:
-            print(f"shardprep mount: {error}", file=sys.stderr, flush=True)
+            self.messages.say(str(error))
             self._error(unique, errno.EPROTO)
             return
         self._reply(unique, reply)

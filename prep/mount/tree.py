@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import errno
 import re
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,6 +33,7 @@ from operator import itemgetter
 from prep.index.dataset import PreparedDataset, ShardChangedError
 from prep.index.group import key_and_part
 from prep.index.sqlite import IndexReader, PartLocation, PartRow
+from prep.mount.messages import STDERR, Messages
 from prep.mount.nodes import FIRST_COOKIE, Listing, Node
 
 FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds, the low two bits of a node id
@@ -181,14 +181,21 @@ class MountTree:
     cache is only ever added to or replaced whole.
     """
 
-    def __init__(self, dataset: PreparedDataset, view: View = View.FLAT, split: str | None = None) -> None:
+    def __init__(
+        self,
+        dataset: PreparedDataset,
+        view: View = View.FLAT,
+        split: str | None = None,
+        messages: Messages = STDERR,
+    ) -> None:
         self.dataset = dataset
+        self.messages = messages
         self.view = View(view)
         self.flat = self.view is View.FLAT
         self.split = split
         shard_names = dataset.split_shards(split)
         dataset.expect_unchanged(shard_names)  # the files the index describes: a changed one is EIO
-        #: Shards found changed and said so on stderr (each once).
+        #: Shards found changed and said so in `messages` (each once).
         self._changed_shards: set[str] = set()
         self.allowed: frozenset[int] | None = None
         excluded = None
@@ -368,16 +375,14 @@ class MountTree:
             raise
 
     def _say_changed(self, shard: str) -> None:
-        """Say once on stderr that a shard changed while mounted, and what to do."""
+        """Say once that a shard changed while mounted, and what to do."""
         if shard in self._changed_shards:
             return
         self._changed_shards.add(shard)
-        print(
-            f"shardprep mount: {self.dataset.shard_path(shard)} changed (replaced or rewritten) while mounted;"
-            f" its files read as I/O errors. Prepare the dataset again (`shardprep prepare {self.dataset.root}`)"
-            " and mount it anew.",
-            file=sys.stderr,
-            flush=True,
+        self.messages.say(
+            f"{self.dataset.shard_path(shard)} changed (replaced or rewritten) while mounted; its files read"
+            f" as I/O errors. Prepare the dataset again (`shardprep prepare {self.dataset.root}`) and mount it"
+            " anew."
         )
 
     def close(self) -> None:

@@ -48,6 +48,7 @@ class Mounted:
     def __init__(self, dataset: Path, mountpoint: Path, *args: str) -> None:
         self.mountpoint = mountpoint
         result = run_shardprep("mount", str(dataset), str(mountpoint), *args, check=True)
+        self.said = result.stdout
         match = re.search(r"mounted at (.+) \(pid (\d+)\)", result.stdout)
         assert match, result.stdout
         self.pid = int(match.group(2))
@@ -308,6 +309,47 @@ def test_a_shard_replaced_while_mounted_is_an_io_error_not_another_files_bytes(b
         with pytest.raises(OSError) as raised:
             path.read_bytes()
         assert raised.value.errno == errno.EIO
+
+
+def test_a_shard_replaced_under_a_background_mount_is_said_once_in_its_log_file(base, tmp_path):
+    # The background server's stderr is /dev/null: the reader saw EIO and nobody saw why.
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    log = tmp_path / "mount.log"
+    with Mounted(dataset, tmp_path / "mnt", "--view", "shard", "--log-file", str(log)) as mounted:
+        assert mounted.said.splitlines()[1] == f"Its messages go to {log}."
+        path = mounted.mountpoint / "shard-001.tar" / "s1_000" / "txt"
+        os.replace(shutil.copy(dataset / "shard-002.tar", dataset / "new.tar"), dataset / "shard-001.tar")
+        for _ in range(2):
+            with pytest.raises(OSError) as raised:
+                path.read_bytes()
+            assert raised.value.errno == errno.EIO
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1, lines  # said once
+    assert f"{dataset / 'shard-001.tar'} changed (replaced or rewritten) while mounted" in lines[0]
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("where", ["in a missing folder", "a planted link"])
+def test_a_log_file_that_cannot_be_opened_is_refused_before_mounting(base, tmp_path, where):
+    dataset = prepared_dataset(base, "energon")
+    log = tmp_path / "missing" / "mount.log"
+    if where == "a planted link":
+        log = tmp_path / "mount.log"
+        log.symlink_to(tmp_path / "elsewhere")
+    result = run_shardprep("mount", str(dataset), str(tmp_path / "mnt"), "--log-file", str(log))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"The log file {log} cannot be opened" in result.stderr
+    assert not os.path.ismount(tmp_path / "mnt") and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_background_mount_without_a_log_file_says_where_its_messages_go(base, tmp_path):
+    dataset = prepared_dataset(base, "energon")
+    with Mounted(dataset, tmp_path / "mnt") as mounted:
+        said = mounted.said.splitlines()[1]
+    if os.path.exists("/dev/log"):
+        assert said == "Its messages go to syslog (journalctl -t shardprep-mount).", said
+    else:
+        assert said.startswith("Its messages are not kept") and "--log-file" in said and "-f" in said, said
 
 
 def test_a_dataset_of_more_shards_than_the_server_may_open_files_reads_every_part(tmp_path):
