@@ -27,6 +27,8 @@ from prep.index.format import DATASET_YAML, META_DIR, METADATASET_YAML, SPLIT_YA
 _URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<path>.*)", re.IGNORECASE)
 #: The scheme of an auxiliary folder of plain files (not a prepared dataset).
 FILESYSTEM_SCHEME = "filesystem"
+#: The file name endings of a metadataset YAML: a dataset reference's `path` ending so is a nested one.
+METADATASET_SUFFIXES = (".yaml", ".yml")
 #: How deep metadatasets may name metadatasets (a loop ends here).
 MAX_NESTING = 16
 
@@ -65,7 +67,7 @@ class DatasetReference:
 def metadataset_file(location: Path) -> Path | None:
     """The metadataset YAML that `location` stands for: the file itself, or `metadataset.yaml` in a folder
     that is not a prepared dataset (what `shardprep write --media-column` writes); None otherwise."""
-    if location.is_file() and location.suffix in (".yaml", ".yml"):
+    if location.is_file() and location.suffix in METADATASET_SUFFIXES:
         return location
     if location.is_dir() and not (location / META_DIR).is_dir() and (location / METADATASET_YAML).is_file():
         return location / METADATASET_YAML
@@ -101,7 +103,7 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
             resolved = _resolve(path, written)
             if resolved is None:
                 continue
-            if resolved.suffix in (".yaml", ".yml") and resolved.is_file():
+            if resolved.suffix in METADATASET_SUFFIXES and resolved.is_file():
                 if _depth >= MAX_NESTING:
                     raise PrepError(f"{path} names metadatasets more than {MAX_NESTING} deep (a loop?).")
                 references.extend(read_metadataset(resolved, _depth + 1))

@@ -7,8 +7,8 @@ local file name; `PreparedDataset` reads there too), so the local commands run o
 
 - `info` reads the index and the shards' sizes: nothing of the shards is fetched;
 - `preview` reads the parts it shows from the bucket by ranged GETs (`RemoteDataset.read_part`);
-- `verify` of a metadataset (`verify_remote_metadataset`) mirrors each dataset and auxiliary folder it names
-  in the same bucket where the YAML puts it;
+- `verify` of a metadataset (`verify_remote_metadataset`) mirrors each dataset, auxiliary folder and nested
+  metadataset it names in the same bucket where the YAML puts it;
 - `verify` needs the tar headers at the offsets the index names: each shard's headers are walked by ranged
   GETs as prepare walks them (`prep.tar.scan.RangedHeaderWalker`), the sample starts and part headers the
   index names are read too, and what was read is written into the sparse file at its place, with the
@@ -40,7 +40,7 @@ from prep.index.format import (
     tar_index_name,
 )
 from prep.index.meta import read_shard_counts
-from prep.index.metadataset import metadataset_error, read_metadataset
+from prep.index.metadataset import METADATASET_SUFFIXES, metadataset_error, read_metadataset
 from prep.index.sqlite import PartLocation
 from prep.index.staging import local_path
 from prep.inspect.verify import Problem, VerifyReport, verify_dataset, verify_metadataset
@@ -225,7 +225,8 @@ def verify_remote_metadataset(
 ) -> VerifyReport:
     """`verify` of the metadataset a bucket `write --media-column` makes: every dataset and auxiliary folder
     it names in the same bucket is mirrored where the YAML puts it (a dataset as `verify_remote` mirrors
-    it, a folder as its listing), and the mirror verified as a local metadataset; paths out of the bucket
+    it, a folder as its listing, a nested metadataset's YAML as it is, then what that names, relative to
+    its own folder), and the mirror verified as a local metadataset; paths out of the bucket
     are verified as the local verify does. The files each sample's `aux.json` names are not checked (the
     report says so): reading the `aux.json` parts would take a GET per sample."""
     store = store or open_store(require_address(address))
@@ -237,20 +238,30 @@ def verify_remote_metadataset(
         metadataset = here / METADATASET_YAML
         fill = "whole" if deep else "headers"
         mirrored: set[str] = set()
-        for reference in read_metadataset(metadataset):
-            for path, folder in [(reference.path, False), *((aux.path, aux.folder) for aux in reference.aux)]:
-                relative = os.path.relpath(os.path.normpath(path), root)
-                if relative.split(os.sep)[0] == ".." or relative in mirrored:
-                    continue  # above the bucket's top: not in the bucket
-                mirrored.add(relative)
+        while (places := _named_places(metadataset, root)).keys() - mirrored:  # a round per level of nesting
+            for relative in places.keys() - mirrored:
                 prefix = "" if relative == "." else relative.replace(os.sep, "/")
-                _mirror_place(_store_at(store, prefix), root / relative, folder, fill)
+                _mirror_place(store, prefix, root / relative, places[relative], fill)
+            mirrored |= places.keys()
         report = verify_metadataset(metadataset, deep=deep, aux_files=False)
     report.unchecked = (
         "the files the samples' aux.json parts name were not checked (in a bucket that takes a GET per"
         " sample; verify a local copy to check them)"
     )
     return _named_report(report, address, root, str(top).rstrip("/"))
+
+
+def _named_places(metadataset: Path, root: Path) -> dict[str, bool]:
+    """Each place in the bucket (mirrored at `root`) that the `metadataset` YAML in the mirror names, by
+    its path relative to the bucket's top, and whether it is a folder of plain files; with those the nested
+    metadatasets mirrored so far name (a nested one not yet mirrored is named itself)."""
+    places: dict[str, bool] = {}
+    for reference in read_metadataset(metadataset):
+        for path, folder in [(reference.path, False), *((aux.path, aux.folder) for aux in reference.aux)]:
+            relative = os.path.relpath(os.path.normpath(path), root)
+            if relative.split(os.sep)[0] != "..":  # above the bucket's top: not in the bucket
+                places.setdefault(relative, folder)
+    return places
 
 
 def _store_at(store: ObjectStore, prefix: str) -> ObjectStore:
@@ -260,10 +271,15 @@ def _store_at(store: ObjectStore, prefix: str) -> ObjectStore:
     return other
 
 
-def _mirror_place(store: ObjectStore, target: Path, folder: bool, fill: str) -> None:
-    """What a metadataset names at `store`, mirrored at `target`: a prepared dataset as `_mirror` mirrors
-    it, or (`folder`) a folder of plain files as its listing. Nothing when the bucket has nothing there,
-    so the metadataset's check says it does not exist."""
+def _mirror_place(bucket: ObjectStore, prefix: str, target: Path, folder: bool, fill: str) -> None:
+    """What a metadataset names at `prefix` of the `bucket`, mirrored at `target`: a nested metadataset's
+    YAML as it is, a prepared dataset as `_mirror` mirrors it, or (`folder`) a folder of plain files as its
+    listing. Nothing when the bucket has nothing there, so the metadataset's check says it does not exist."""
+    above, _, name = prefix.rpartition("/")
+    if not folder and target.suffix in METADATASET_SUFFIXES and _store_at(bucket, above).exists(name):
+        _download(_store_at(bucket, above), target.parent, name)
+        return
+    store = _store_at(bucket, prefix)
     objects = store.list()
     if not objects:
         return

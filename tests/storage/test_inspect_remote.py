@@ -188,3 +188,34 @@ def test_a_bucket_dataset_whose_key_is_too_long_for_a_local_file_is_verified_sho
     assert [(problem.where, problem.what) for problem in problems] == [
         (keys["b.tar"], f"has no offset file {keys['b.tar']}.idx; energon's loader needs it.")
     ]
+
+
+#: The head of a metadataset YAML naming one dataset for split train (its path follows).
+METADATASET_NAMING = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: "
+
+
+def test_verify_of_a_bucket_metadataset_naming_a_nested_one_verifies_the_nested_ones_datasets(s3, tmp_path):
+    """A `path` that is a metadataset YAML in the bucket is read in turn, as energon reads it: its datasets,
+    relative to its own folder, are mirrored and verified (they were not, and the YAML was called gone)."""
+    from prep.inspect.verify import verify_metadataset
+    from tests.inspect.test_verify import polylithic
+
+    local = polylithic(tmp_path / "poly", "tar")
+    s3.make_bucket("meta-nested")
+    s3.upload_folder(local, "meta-nested", "top/poly")
+    client = s3.client()
+    yaml = METADATASET_NAMING + "poly/metadataset.yaml\n"
+    client.put_object(Bucket="meta-nested", Key="top/metadataset.yaml", Body=yaml.encode())
+    report = verify_remote("s3://meta-nested/top")
+    assert report.healthy, report.problems
+    here = verify_metadataset(local / "metadataset.yaml")
+    assert (
+        (report.shards, report.samples, report.parts) == (here.shards, here.samples, here.parts) != (0, 0, 0)
+    )
+    client.delete_object(Bucket="meta-nested", Key="top/poly/primary/shard-000000.tar.idx")
+    assert [(problem.where, problem.what) for problem in verify_remote("s3://meta-nested/top").problems] == [
+        (
+            "poly/primary/shard-000000.tar",
+            "has no offset file shard-000000.tar.idx; energon's loader needs it.",
+        )
+    ]
