@@ -10,7 +10,8 @@ the metadataset split's name, read from the reference's `split_config` (split.ya
 7.4.1 reads no `aux` of an element of a `join` (its join loader gives the joined samples no auxiliary
 dataset), so such a reference's `aux` is kept apart as ignored. Relative paths start at the YAML's
 folder, as energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in
-object storage (`msc://`, `s3://`) are left out: only local folders can be checked here. The YAML is
+object storage (`msc://`, `s3://`, `filesystem+msc://`) are left out, or, for a verify of a bucket that
+mirrors them, resolved to their place in the mirror (`read_metadataset`'s `mirror`). The YAML is
 read with the safe loader, and refused where energon's reader reads it otherwise (`prep.index.yaml_reader`).
 """
 
@@ -74,10 +75,11 @@ def metadataset_file(location: Path) -> Path | None:
     return None
 
 
-def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
+def read_metadataset(path: Path, mirror: Path | None = None, _depth: int = 0) -> list[DatasetReference]:
     """Every local dataset reference of the metadataset YAML at `path`, nested metadatasets read in turn,
     each whole (energon loads, of a nested one, the split its reference loads: the rest is read as if it
-    were loaded on its own).
+    were loaded on its own). With `mirror`, a reference in object storage is one too, at its place in a
+    local mirror of object storage, `mirror/SCHEME/BUCKET_OR_PROFILE/KEY` (`in_mirror`).
 
     PrepError naming the file when it cannot be read or is not a metadataset.
     """
@@ -100,16 +102,16 @@ def read_metadataset(path: Path, _depth: int = 0) -> list[DatasetReference]:
     for split, node in document["splits"].items():
         for reference, split_part, joined in _references(node, str(split)):
             written = reference["path"]
-            resolved = _resolve(path, written)
+            resolved = _resolve(path, written, mirror)
             if resolved is None:
                 continue
             if resolved.suffix in METADATASET_SUFFIXES and resolved.is_file():
                 if _depth >= MAX_NESTING:
                     raise PrepError(f"{path} names metadatasets more than {MAX_NESTING} deep (a loop?).")
-                references.extend(read_metadataset(resolved, _depth + 1))
+                references.extend(read_metadataset(resolved, mirror, _depth + 1))
                 continue
             aux = reference.get("aux")
-            aux = _aux(path, aux if isinstance(aux, dict) else {})
+            aux = _aux(path, aux if isinstance(aux, dict) else {}, mirror)
             references.append(
                 DatasetReference(
                     path,
@@ -150,26 +152,37 @@ def _text(mapping: dict, name: str, default: str) -> str:
     return value if isinstance(value, str) else default
 
 
-def _resolve(metadataset: Path, written: str) -> Path | None:
-    """A reference's local path, relative to the metadataset's folder; None for object storage."""
+def _resolve(metadataset: Path, written: str, mirror: Path | None) -> Path | None:
+    """A reference's local path, relative to the metadataset's folder; for object storage, its place in
+    `mirror` (`in_mirror`), or None without one."""
     match = _URL.match(written)
     if match is None:
         return metadataset.parent / written
-    if match.group("scheme").lower() == FILESYSTEM_SCHEME:
+    kind, _, scheme = match.group("scheme").lower().partition("+")  # filesystem+msc:// is msc:// too
+    if kind == FILESYSTEM_SCHEME and not scheme:
         return metadataset.parent / match.group("path")
-    return None
+    return None if mirror is None else in_mirror(mirror, scheme or kind, match.group("path"))
 
 
-def _aux(metadataset: Path, aux: dict) -> tuple[AuxReference, ...]:
+def in_mirror(mirror: Path, scheme: str, rest: str) -> Path:
+    """Where `scheme://rest` (`rest`: bucket or profile, then key) is in a local `mirror` of object storage.
+
+    >>> in_mirror(Path("/m"), "s3", "bucket/data/set")
+    PosixPath('/m/s3/bucket/data/set')
+    """
+    return mirror / scheme / rest
+
+
+def _aux(metadataset: Path, aux: dict, mirror: Path | None) -> tuple[AuxReference, ...]:
     found = []
     for name, written in aux.items():
         if not isinstance(written, str):
             continue
-        path = _resolve(metadataset, written)
+        path = _resolve(metadataset, written, mirror)
         if path is None:
             continue
         match = _URL.match(written)
-        folder = match is not None and match.group("scheme").lower() == FILESYSTEM_SCHEME
+        folder = match is not None and match.group("scheme").lower().partition("+")[0] == FILESYSTEM_SCHEME
         found.append(AuxReference(str(name), written, path, folder))
     return tuple(found)
 

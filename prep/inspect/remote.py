@@ -23,7 +23,7 @@ import os
 from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import astuple
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,14 +40,22 @@ from prep.index.format import (
     tar_index_name,
 )
 from prep.index.meta import read_shard_counts
-from prep.index.metadataset import METADATASET_SUFFIXES, metadataset_error, read_metadataset
+from prep.index.metadataset import METADATASET_SUFFIXES, in_mirror, metadataset_error, read_metadataset
 from prep.index.sqlite import PartLocation
 from prep.index.staging import local_path
-from prep.inspect.verify import Problem, VerifyReport, verify_dataset, verify_metadataset
-from prep.storage.address import ObjectAddress, require_address
+from prep.inspect.verify import (
+    Problem,
+    VerifyReport,
+    joins_auxiliary,
+    named_yaml,
+    reads_dataset,
+    verify_dataset,
+    verify_metadataset,
+)
+from prep.storage.address import SCHEMES, ObjectAddress, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
 from prep.storage.scratch import scratch_folder
-from prep.storage.store import ObjectInfo, ObjectStore, open_store
+from prep.storage.store import ObjectInfo, ObjectStore, StorageError, open_store
 from prep.tar.fields import BLOCK
 from prep.tar.scan import RangedHeaderWalker
 
@@ -97,7 +105,7 @@ def remote_mirror(
             raise PrepError(_named_by_address(str(error), root, store.address)) from None
 
 
-def _named_by_address(text: str, mirror: Path, address: object) -> str:
+def _named_by_address(text: str, mirror: str | Path, address: object) -> str:
     """`text` with the local mirror (gone when the user reads it) named by the address it stands for."""
     return text.replace(str(mirror), str(address))
 
@@ -199,15 +207,19 @@ def verify_remote(
     fill = "whole" if deep else "headers"
     with remote_mirror(address, fill, tmp_path=tmp_path, store=store, listed=listed) as (mirror, _):
         report = verify_dataset(mirror, deep=deep, dataset_config=dataset_config)
-    return _named_report(report, address, mirror, address)
+    return _named_report(report, address, {str(mirror): address})
 
 
-def _named_report(report: VerifyReport, root: str, mirror: Path, address: object) -> VerifyReport:
-    """`report` of the mirror, its root `root` and every path of the mirror named by `address`."""
+def _named_report(report: VerifyReport, root: str, addresses: dict[str, str]) -> VerifyReport:
+    """`report` of a mirror, its root `root` and every path of the mirror named by the address it stands
+    for (`addresses`: the mirror's folders and the addresses they stand for)."""
     report.root = root
 
     def named(problem: Problem) -> Problem:
-        return Problem(*(_named_by_address(str(text), mirror, address) for text in astuple(problem)))
+        texts = [str(text) for text in astuple(problem)]
+        for mirror, address in addresses.items():
+            texts = [_named_by_address(text, mirror, address) for text in texts]
+        return Problem(*texts)
 
     report.problems = [named(problem) for problem in report.problems]
     report.warnings = [named(problem) for problem in report.warnings]
@@ -224,44 +236,126 @@ def verify_remote_metadataset(
     address: str, *, deep: bool = False, tmp_path: str | Path | None = None, store: ObjectStore | None = None
 ) -> VerifyReport:
     """`verify` of the metadataset a bucket `write --media-column` makes: every dataset and auxiliary folder
-    it names in the same bucket is mirrored where the YAML puts it (a dataset as `verify_remote` mirrors
-    it, a folder as its listing, a nested metadataset's YAML as it is, then what that names, relative to
-    its own folder), and the mirror verified as a local metadataset; paths out of the bucket
-    are verified as the local verify does. The files each sample's `aux.json` names are not checked (the
-    report says so): reading the `aux.json` parts would take a GET per sample."""
+    it names in object storage, relative to its YAML or by an `s3://` or `msc://` address (in this bucket,
+    another one, or an MSC profile's), is mirrored at its place in a mirror of object storage
+    (`in_mirror`: a dataset as `verify_remote` mirrors it, a folder as its listing, a nested metadataset's
+    YAML as it is, then what that names), and the mirror verified as a local metadataset; local paths are
+    verified as the local verify does. A place that cannot be read is a problem naming its address and
+    why; one whose MSC profile cannot be opened here, or in storage verify does not read, is a warning
+    that it was not checked. The files each sample's `aux.json` names are not checked (the report says
+    so): reading the `aux.json` parts would take a GET per sample."""
     store = store or open_store(require_address(address))
-    top = ObjectAddress(store.address.scheme, store.address.authority, "")
+    here = store.address
     with scratch_folder(tmp_path, "mirror") as root:
-        here = root / store.address.prefix if store.address.prefix else root
-        here.mkdir(parents=True, exist_ok=True)
-        _download(store, here, METADATASET_YAML)
-        metadataset = here / METADATASET_YAML
+        folder = in_mirror(root, here.scheme, f"{here.authority}/{here.prefix}")
+        folder.mkdir(parents=True, exist_ok=True)
+        _download(store, folder, METADATASET_YAML)
+        metadataset = folder / METADATASET_YAML
         fill = "whole" if deep else "headers"
-        mirrored: set[str] = set()
+        stores: dict[tuple[str, str], ObjectStore | PrepError] = {(here.scheme, here.authority): store}
+        problems: list[Problem] = []
+        warnings: list[Problem] = []
+        unchecked: list[Path] = []
+        mirrored: set[Path] = set()
         while (places := _named_places(metadataset, root)).keys() - mirrored:  # a round per level of nesting
-            for relative in places.keys() - mirrored:
-                prefix = "" if relative == "." else relative.replace(os.sep, "/")
-                _mirror_place(store, prefix, root / relative, places[relative], fill)
+            for place, named in places.items():  # in the order of the YAML (and of the report)
+                if place in mirrored:
+                    continue
+                scheme, authority, *key = place.relative_to(root).parts
+                where = named_yaml(named.yaml, metadataset)
+                if named.written.lower().startswith("s3://") or "+s3://" in named.written.lower():
+                    problems.append(_unloadable_s3(named, where))
+                bucket = stores.get((scheme, authority))
+                if bucket is None:
+                    bucket = stores[scheme, authority] = _open(scheme, authority)
+                if isinstance(bucket, PrepError):
+                    unchecked.append(place)
+                    warnings.append(_not_checked(named, where, bucket))
+                    continue
+                try:
+                    _mirror_place(bucket, "/".join(key), place, named.folder, fill)
+                except StorageError as error:
+                    unchecked.append(place)
+                    problems.append(_unreadable(named, where, error))
             mirrored |= places.keys()
-        report = verify_metadataset(metadataset, deep=deep, aux_files=False)
+        report = verify_metadataset(metadataset, deep=deep, aux_files=False, mirror=root, unchecked=unchecked)
+        report.problems[:0] = problems
+        report.warnings[:0] = warnings
     report.unchecked = (
         "the files the samples' aux.json parts name were not checked (in a bucket that takes a GET per"
         " sample; verify a local copy to check them)"
     )
-    return _named_report(report, address, root, str(top).rstrip("/"))
+    return _named_report(report, address, {f"{root / scheme}{os.sep}": f"{scheme}://" for scheme in SCHEMES})
 
 
-def _named_places(metadataset: Path, root: Path) -> dict[str, bool]:
-    """Each place in the bucket (mirrored at `root`) that the `metadataset` YAML in the mirror names, by
-    its path relative to the bucket's top, and whether it is a folder of plain files; with those the nested
-    metadatasets mirrored so far name (a nested one not yet mirrored is named itself)."""
-    places: dict[str, bool] = {}
-    for reference in read_metadataset(metadataset):
-        for path, folder in [(reference.path, False), *((aux.path, aux.folder) for aux in reference.aux)]:
-            relative = os.path.relpath(os.path.normpath(path), root)
-            if relative.split(os.sep)[0] != "..":  # above the bucket's top: not in the bucket
-                places.setdefault(relative, folder)
+@dataclass(frozen=True)
+class _Named:
+    """A place in object storage a metadataset names: the YAML naming it first, how a problem about it
+    begins (`reads_dataset`, `joins_auxiliary`), its text in the YAML, and whether it is a folder of plain
+    files."""
+
+    yaml: Path
+    saying: str
+    written: str
+    folder: bool
+
+
+def _named_places(metadataset: Path, root: Path) -> dict[Path, _Named]:
+    """Each place in object storage (mirrored at `root`, `in_mirror`) that the `metadataset` YAML in the
+    mirror names, with those the nested metadatasets mirrored so far name (a nested one not yet mirrored
+    is named itself); places that leave the mirror are left out (the verify calls them missing)."""
+    places: dict[Path, _Named] = {}
+    for reference in read_metadataset(metadataset, root):
+        yaml = reference.metadataset
+        named = [(reference.path, _Named(yaml, reads_dataset(reference), reference.written, False))]
+        named += [
+            (aux.path, _Named(yaml, joins_auxiliary(reference, aux), aux.written, aux.folder))
+            for aux in reference.aux
+        ]
+        for path, what in named:
+            place = Path(os.path.normpath(path))
+            if place.is_relative_to(root) and len(place.relative_to(root).parts) >= 2:  # scheme, bucket
+                places.setdefault(place, what)
     return places
+
+
+def _open(scheme: str, authority: str) -> ObjectStore | PrepError:
+    """The store of bucket or MSC profile `authority`, or why it cannot be opened here."""
+    if scheme not in SCHEMES:
+        return PrepError(
+            f"verify reads object storage through {' and '.join(f'{s}://' for s in SCHEMES)} only."
+        )
+    try:
+        return open_store(ObjectAddress(scheme, authority, ""))
+    except PrepError as error:
+        return error
+
+
+def _unloadable_s3(named: _Named, where: str) -> Problem:
+    """The problem of an `s3://` address in a metadataset: energon 7.4.1 (its EPath) reads object storage
+    through `msc://` only, and takes `s3://bucket/key` for a local path below the working directory."""
+    return Problem(
+        where,
+        f"{named.saying} {named.written!r}, an s3:// address, which energon's loader does not read: it reads"
+        " object storage through msc:// addresses only, and takes this one for a local path.",
+        f"write it as msc://PROFILE/KEY in {where}, with a profile of the MSC config on its bucket",
+    )
+
+
+def _unreadable(named: _Named, where: str, error: StorageError) -> Problem:
+    return Problem(
+        where,
+        f"{named.saying} {named.written!r}, which cannot be read: {error}",
+        f"give these credentials read access to it (list and get), or correct the path in {where}",
+    )
+
+
+def _not_checked(named: _Named, where: str, error: PrepError) -> Problem:
+    return Problem(
+        where,
+        f"{named.saying} {named.written!r}, which was not checked: {error}",
+        "verify it where its storage can be opened, or verify a local copy of it",
+    )
 
 
 def _store_at(store: ObjectStore, prefix: str) -> ObjectStore:
@@ -292,5 +386,7 @@ def _mirror_place(bucket: ObjectStore, prefix: str, target: Path, folder: bool, 
         return
     try:
         _mirror(store, target, fill, objects)
+    except StorageError:
+        raise
     except PrepError:  # not a prepared dataset: verifying the folder says so
         return

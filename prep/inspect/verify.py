@@ -20,7 +20,7 @@ import os
 import sqlite3
 import stat
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -983,14 +983,51 @@ def verify_dataset(
     return report
 
 
-def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool = True) -> VerifyReport:
+def shown_from(path: Path, folder: Path) -> str:
+    """`path` as a metadataset's problems name it: relative to the YAML's `folder` when below it, else whole
+    (a path with `../` is hard to follow, and no path at all in a bucket).
+
+    >>> shown_from(Path("/m/primary"), Path("/m")), shown_from(Path("/data/b"), Path("/m"))
+    ('primary', '/data/b')
+    """
+    relative = os.path.relpath(path, folder)
+    return str(path) if relative.split(os.sep)[0] == ".." else relative
+
+
+def reads_dataset(reference: DatasetReference) -> str:
+    """How a metadataset's problem about the dataset of `reference` begins (its written path follows)."""
+    return f"split {reference.split!r} reads the dataset"
+
+
+def joins_auxiliary(reference: DatasetReference, aux: AuxReference) -> str:
+    """How a metadataset's problem about auxiliary dataset `aux` of `reference` begins (its written path
+    follows)."""
+    return f"split {reference.split!r} joins auxiliary dataset {aux.name!r} from"
+
+
+def named_yaml(yaml: Path, top: Path) -> str:
+    """Where a problem of the metadataset YAML `yaml` is, in a verify of the one at `top`: the top YAML by
+    its file name, a nested one by its full path."""
+    return yaml.name if yaml == top else str(yaml)
+
+
+def verify_metadataset(
+    metadataset: Path,
+    *,
+    deep: bool = False,
+    aux_files: bool = True,
+    mirror: Path | None = None,
+    unchecked: Collection[Path] = (),
+) -> VerifyReport:
     """Check a metadataset: every dataset it names verified (its splits those of the split files its
     references load, their `split_config`; its problems named by its path), every dataset and auxiliary
     folder it names there, and every file the `aux.json` of the primary samples it loads names in the
     auxiliary dataset (the samples of the split each reference loads: its `split_part`, else the
     metadataset's split, in its `split_config`). energon's loader skips, without saying why, every sample
     whose auxiliary folder or file is gone, so each is a problem here. Without `aux_files`, the files the
-    `aux.json` parts name are not checked."""
+    `aux.json` parts name are not checked. `mirror`: where a verify of a bucket mirrors the object storage
+    the YAML names (`read_metadataset`); `unchecked`: places the caller could not look at, and says why
+    itself: they are neither verified nor said to be missing."""
     report = VerifyReport(str(metadataset), deep)
     checked: set[tuple[Path, str]] = set()
     #: The splits loaded of each (primary, split file, auxiliary), whose samples' references are checked.
@@ -998,15 +1035,19 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
     #: (YAML, its split, dataset, split file, split loaded) whose split file has been checked.
     split_files_checked: set[tuple[Path, str, Path, str, str]] = set()
     split_files_read: dict[Path, dict[str, list[str]] | PrepError] = {}
-    references = read_metadataset(metadataset)
+    references = read_metadataset(metadataset, mirror)
+    unchecked = {Path(os.path.normpath(place)) for place in unchecked}
+
+    def looked_at(path: Path) -> bool:
+        return Path(os.path.normpath(path)) not in unchecked
+
     #: The split files each dataset's references load (their `split_config`): its splits are theirs.
     split_files: dict[Path, dict[str, None]] = {}
     for reference in references:
         split_files.setdefault(reference.path, {})[reference.split_config] = None
 
     def named(yaml: Path) -> str:
-        """Where a problem of `yaml` is: the top YAML by its file name, a nested one by its full path."""
-        return yaml.name if yaml == metadataset else str(yaml)
+        return named_yaml(yaml, metadataset)
 
     def missing(what: str, path: Path, written: str, name: Path) -> Problem:
         return Problem(
@@ -1046,23 +1087,21 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
         yaml_where = named(name)
         if reference.ignored_aux:
             report.warnings.append(_ignored_aux_warning(reference, yaml_where))
-        if reference.path.is_file() and reference.path.suffix == ".jsonl":
-            continue  # an energon JSONL dataset: no shards to check here
+        if (reference.path.is_file() and reference.path.suffix == ".jsonl") or not looked_at(reference.path):
+            continue  # an energon JSONL dataset (no shards to check here), or a place not looked at
         if not reference.path.is_dir():
-            report.problems.append(
-                missing(
-                    f"split {reference.split!r} reads the dataset", reference.path, reference.written, name
-                )
-            )
+            report.problems.append(missing(reads_dataset(reference), reference.path, reference.written, name))
             continue
-        add(reference.path, os.path.relpath(reference.path, metadataset.parent), reference.dataset_config)
+        add(reference.path, shown_from(reference.path, metadataset.parent), reference.dataset_config)
         loaded = (name, reference.split, reference.path, reference.split_config, reference.split_part)
         if loaded not in split_files_checked:
             split_files_checked.add(loaded)
             report.problems.extend(_split_file_problems(reference, yaml_where, split_files_read))
         for aux in reference.aux:
+            if not looked_at(aux.path):
+                continue
             if not aux.path.is_dir():
-                what = f"split {reference.split!r} joins auxiliary dataset {aux.name!r} from"
+                what = joins_auxiliary(reference, aux)
                 problem = missing(what, aux.path, aux.written, name)
                 if aux.folder:  # energon's loader then skips every sample (its error handler's default)
                     problem = Problem(
@@ -1072,7 +1111,7 @@ def verify_metadataset(metadataset: Path, *, deep: bool = False, aux_files: bool
                     )
                 report.problems.append(problem)
             elif not aux.folder:
-                add(aux.path, os.path.relpath(aux.path, metadataset.parent), aux=True)
+                add(aux.path, shown_from(aux.path, metadataset.parent), aux=True)
             if aux.name == AUX_NAME and aux.path.is_dir():
                 key = (reference.path, reference.split_config, aux.path)
                 joined.setdefault(key, (reference, aux, set()))[2].add(reference.split_part)
@@ -1186,7 +1225,7 @@ def _reference_problems(
         present = folder_files(aux.path, names) if aux.folder else dataset_files(aux.path)
     except (PrepError, sqlite3.Error):
         return []
-    prefix = os.path.relpath(reference.path, folder)
+    prefix = shown_from(reference.path, folder)
     split_yaml = f"{prefix}/{META_DIR}/{reference.split_config}"
     problems = []
     dangling = [found for found in references if found.name not in present]

@@ -219,3 +219,69 @@ def test_verify_of_a_bucket_metadataset_naming_a_nested_one_verifies_the_nested_
             "has no offset file shard-000000.tar.idx; energon's loader needs it.",
         )
     ]
+
+
+def test_verify_of_a_bucket_metadataset_verifies_the_datasets_it_names_by_address(s3, tmp_path, monkeypatch):
+    """A dataset named by an `msc://` or `s3://` address (of another bucket here) is mirrored and verified,
+    its problems named by its address; an `s3://` address is a problem of its own: energon 7.4.1 reads
+    object storage only through `msc://`, and takes `s3://...` for a local path."""
+    from tests.inspect.test_verify import polylithic
+
+    local = polylithic(tmp_path / "poly", "tar")
+    for bucket in ("meta-naming", "meta-named"):
+        s3.make_bucket(bucket)
+    s3.upload_folder(local, "meta-named", "poly")
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "named", "meta-named")))
+    yaml = (
+        METADATASET_NAMING
+        + "msc://named/poly/metadataset.yaml\n  val:\n    path: s3://meta-named/poly/primary\n    split_part: train\n"
+    )
+    client = s3.client()
+    client.put_object(Bucket="meta-naming", Key="m/metadataset.yaml", Body=yaml.encode())
+    unloadable = (
+        "metadataset.yaml",
+        "split 'val' reads the dataset 's3://meta-named/poly/primary', an s3:// address, which energon's"
+        " loader does not read: it reads object storage through msc:// addresses only, and takes this one for"
+        " a local path.",
+    )
+    report = verify_remote("s3://meta-naming/m")
+    assert [(problem.where, problem.what) for problem in report.problems] == [unloadable]
+    assert not report.warnings and report.shards == 2 * 2 + 2  # primary and media by msc://, primary by s3://
+    client.delete_object(Bucket="meta-named", Key="poly/primary/shard-000000.tar.idx")
+    assert [(problem.where, problem.what) for problem in verify_remote("s3://meta-naming/m").problems] == [
+        unloadable,
+        *(
+            (
+                f"{address}/shard-000000.tar",
+                "has no offset file shard-000000.tar.idx; energon's loader needs it.",
+            )
+            for address in ("msc://named/poly/primary", "s3://meta-named/poly/primary")
+        ),
+    ]
+
+
+def test_a_bucket_metadataset_naming_what_cannot_be_read_or_opened_says_so(s3, tmp_path, monkeypatch):
+    """An address the credentials cannot read is a problem naming it and why; one whose MSC profile verify
+    cannot open is a warning that it was not checked; neither is passed over in silence."""
+    s3.make_bucket("meta-unread")
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "known", "meta-unread")))
+    yaml = (
+        METADATASET_NAMING
+        + "msc://unknown/ds\n  val:\n    path: msc://known/ds\n    aux:\n      media: msc://unknown/media\n"
+    )
+    yaml += "  test:\n    path: s3://meta-no-such-bucket/ds\n"
+    s3.client().put_object(Bucket="meta-unread", Key="m/metadataset.yaml", Body=yaml.encode())
+    report = verify_remote("s3://meta-unread/m")
+    not_checked = f"which was not checked: msc://unknown/: the MSC config ({tmp_path / 'msc.yaml'}) has no profile 'unknown'."
+    assert [(warning.where, warning.what) for warning in report.warnings] == [
+        ("metadataset.yaml", f"split 'train' reads the dataset 'msc://unknown/ds', {not_checked}"),
+        (
+            "metadataset.yaml",
+            f"split 'val' joins auxiliary dataset 'media' from 'msc://unknown/media', {not_checked}",
+        ),
+    ]
+    assert [problem.what for problem in report.problems][-2:] == [
+        "split 'test' reads the dataset 's3://meta-no-such-bucket/ds', which cannot be read: Could not list the"
+        " objects of s3://meta-no-such-bucket/ds: the bucket does not exist.",
+        "split 'val' reads the dataset 'msc://known/ds', which is msc://known/ds: it does not exist.",
+    ]
