@@ -110,6 +110,13 @@ def _named_by_address(text: str, mirror: str | Path, address: object) -> str:
     return text.replace(str(mirror), str(address))
 
 
+def _named_by_addresses(text: str, addresses: dict[str, str]) -> str:
+    """`text` with each of the mirror's folders (`addresses`' keys) named by the address it stands for."""
+    for mirror, address in addresses.items():
+        text = _named_by_address(text, mirror, address)
+    return text
+
+
 def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] | None = None) -> None:
     objects = {info.name: info for info in (store.list() if listed is None else listed)}
     meta_prefix = META_DIR + "/"
@@ -216,10 +223,7 @@ def _named_report(report: VerifyReport, root: str, addresses: dict[str, str]) ->
     report.root = root
 
     def named(problem: Problem) -> Problem:
-        texts = [str(text) for text in astuple(problem)]
-        for mirror, address in addresses.items():
-            texts = [_named_by_address(text, mirror, address) for text in texts]
-        return Problem(*texts)
+        return Problem(*(_named_by_addresses(str(text), addresses) for text in astuple(problem)))
 
     report.problems = [named(problem) for problem in report.problems]
     report.warnings = [named(problem) for problem in report.warnings]
@@ -245,47 +249,57 @@ def verify_remote_metadataset(
     that it was not checked. The files each sample's `aux.json` names are not checked (the report says
     so): reading the `aux.json` parts would take a GET per sample."""
     store = store or open_store(require_address(address))
-    here = store.address
     with scratch_folder(tmp_path, "mirror") as root:
-        folder = in_mirror(root, here.scheme, f"{here.authority}/{here.prefix}")
-        folder.mkdir(parents=True, exist_ok=True)
-        _download(store, folder, METADATASET_YAML)
-        metadataset = folder / METADATASET_YAML
-        fill = "whole" if deep else "headers"
-        stores: dict[tuple[str, str], ObjectStore | PrepError] = {(here.scheme, here.authority): store}
-        problems: list[Problem] = []
-        warnings: list[Problem] = []
-        unchecked: list[Path] = []
-        mirrored: set[Path] = set()
-        while (places := _named_places(metadataset, root)).keys() - mirrored:  # a round per level of nesting
-            for place, named in places.items():  # in the order of the YAML (and of the report)
-                if place in mirrored:
-                    continue
-                scheme, authority, *key = place.relative_to(root).parts
-                where = named_yaml(named.yaml, metadataset)
-                if named.written.lower().startswith("s3://") or "+s3://" in named.written.lower():
-                    problems.append(_unloadable_s3(named, where))
-                bucket = stores.get((scheme, authority))
-                if bucket is None:
-                    bucket = stores[scheme, authority] = _open(scheme, authority)
-                if isinstance(bucket, PrepError):
-                    unchecked.append(place)
-                    warnings.append(_not_checked(named, where, bucket))
-                    continue
-                try:
-                    _mirror_place(bucket, "/".join(key), place, named.folder, fill)
-                except StorageError as error:
-                    unchecked.append(place)
-                    problems.append(_unreadable(named, where, error))
-            mirrored |= places.keys()
-        report = verify_metadataset(metadataset, deep=deep, aux_files=False, mirror=root, unchecked=unchecked)
-        report.problems[:0] = problems
-        report.warnings[:0] = warnings
+        addresses = {f"{root / scheme}{os.sep}": f"{scheme}://" for scheme in SCHEMES}
+        try:
+            report = _verify_mirrored_metadataset(store, root, deep)
+        except PrepError as error:  # named by the address, not the mirror (gone when the user reads it)
+            raise PrepError(_named_by_addresses(str(error), addresses)) from None
     report.unchecked = (
         "the files the samples' aux.json parts name were not checked (in a bucket that takes a GET per"
         " sample; verify a local copy to check them)"
     )
-    return _named_report(report, address, {f"{root / scheme}{os.sep}": f"{scheme}://" for scheme in SCHEMES})
+    return _named_report(report, address, addresses)
+
+
+def _verify_mirrored_metadataset(store: ObjectStore, root: Path, deep: bool) -> VerifyReport:
+    """`verify_remote_metadataset` of the metadataset at `store`, mirrored below `root`."""
+    here = store.address
+    folder = in_mirror(root, here.scheme, f"{here.authority}/{here.prefix}")
+    folder.mkdir(parents=True, exist_ok=True)
+    _download(store, folder, METADATASET_YAML)
+    metadataset = folder / METADATASET_YAML
+    fill = "whole" if deep else "headers"
+    stores: dict[tuple[str, str], ObjectStore | PrepError] = {(here.scheme, here.authority): store}
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    unchecked: list[Path] = []
+    mirrored: set[Path] = set()
+    while (places := _named_places(metadataset, root)).keys() - mirrored:  # a round per level of nesting
+        for place, named in places.items():  # in the order of the YAML (and of the report)
+            if place in mirrored:
+                continue
+            scheme, authority, *key = place.relative_to(root).parts
+            where = named_yaml(named.yaml, metadataset)
+            if named.written.lower().startswith("s3://") or "+s3://" in named.written.lower():
+                problems.append(_unloadable_s3(named, where))
+            bucket = stores.get((scheme, authority))
+            if bucket is None:
+                bucket = stores[scheme, authority] = _open(scheme, authority)
+            if isinstance(bucket, PrepError):
+                unchecked.append(place)
+                warnings.append(_not_checked(named, where, bucket))
+                continue
+            try:
+                _mirror_place(bucket, "/".join(key), place, named.folder, fill)
+            except StorageError as error:
+                unchecked.append(place)
+                problems.append(_unreadable(named, where, error))
+        mirrored |= places.keys()
+    report = verify_metadataset(metadataset, deep=deep, aux_files=False, mirror=root, unchecked=unchecked)
+    report.problems[:0] = problems
+    report.warnings[:0] = warnings
+    return report
 
 
 @dataclass(frozen=True)

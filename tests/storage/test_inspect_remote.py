@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from prep.errors import PrepError
 from prep.inspect.preview import first_samples
 from prep.inspect.remote import RemoteDataset, remote_mirror, verify_remote
 from prep.storage.address import parse_address
@@ -285,3 +286,23 @@ def test_a_bucket_metadataset_naming_what_cannot_be_read_or_opened_says_so(s3, t
         " objects of s3://meta-no-such-bucket/ds: the bucket does not exist.",
         "split 'val' reads the dataset 'msc://known/ds', which is msc://known/ds: it does not exist.",
     ]
+
+
+def test_an_unreadable_metadataset_yaml_in_a_bucket_is_named_by_its_address_not_the_mirror(s3):
+    """A YAML that is not a metadataset, or metadatasets that name each other, stop verify with an error
+    naming the YAML's address (it named the local mirror, gone by the time the user reads it)."""
+    s3.make_bucket("meta-broken")
+    client = s3.client()
+    for key, text in {
+        "loop/metadataset.yaml": METADATASET_NAMING + "metadataset.yaml\n",
+        "nest/metadataset.yaml": METADATASET_NAMING + "inner.yaml\n",
+        "nest/inner.yaml": "not: a metadataset\n",
+    }.items():
+        client.put_object(Bucket="meta-broken", Key=key, Body=text.encode())
+    for folder, said in [
+        ("loop", "loop/metadataset.yaml names metadatasets more than 16 deep (a loop?)."),
+        ("nest", "nest/inner.yaml is not an energon metadataset (a YAML mapping with `splits`)"),
+    ]:
+        with pytest.raises(PrepError) as raised:
+            verify_remote(f"s3://meta-broken/{folder}")
+        assert str(raised.value).startswith(f"s3://meta-broken/{said}"), raised.value
