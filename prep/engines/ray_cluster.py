@@ -28,6 +28,10 @@ No process of a local instance outlives the run, whatever ends it: Ray stops its
 dies, except its agents, so a small forked watcher (`_Watcher`) holds the list of the instance's
 processes and kills what is left of them once the driver is gone, SIGKILL included. Workers on other
 machines need shardprep installed and the dataset at the same path.
+
+Each task asks for `TASK_CPUS` CPUs. Ray keeps a task that no node can give them waiting for ever, without
+a word (a cluster whose only node was started with `ray start --head --num-cpus 0`), so before its first
+task a run checks that some live node offers them (`unrunnable`) and stops at once if none does.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ STOP_TIMEOUT = 30.0
 STOP_GRACE = 5.0
 #: Seconds a cluster's address has to answer a TCP connection before the run gives up on it.
 CONNECT_TIMEOUT = 5.0
+#: The CPUs each Ray task asks of the node that runs it (Ray's own default for a task, said here once).
+TASK_CPUS = 1
 
 
 def _missing() -> PrepError:
@@ -194,6 +200,23 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         ) from None
 
 
+def unrunnable(node_cpus: list[float], needed: float = TASK_CPUS) -> str | None:
+    """Why no node can run a task that asks for `needed` CPUs, given the CPUs each live node of the
+    cluster offers to tasks; None if one can.
+
+    >>> unrunnable([0.0]), unrunnable([]), unrunnable([0.5, 0.5]), unrunnable([0.0, 4.0])
+    ('its one node offers no CPU to tasks', 'it has no live node', 'its 2 nodes offer 1 CPU in all, at most 0.5 on one', None)
+    """
+    if any(cpus >= needed for cpus in node_cpus):
+        return None
+    if not node_cpus:
+        return "it has no live node"
+    nodes = "its one node offers" if len(node_cpus) == 1 else f"its {len(node_cpus)} nodes offer"
+    if not any(node_cpus):
+        return f"{nodes} no CPU to tasks"
+    return f"{nodes} {sum(node_cpus):g} CPU in all, at most {max(node_cpus):g} on one"
+
+
 def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[Any], Exception | str | None]:
     """A Ray task: `function(*task)` for each task of the chunk, in order. A task that raises after others
     ran ends the chunk there: its exception comes back beside their results, for the driver to raise
@@ -304,7 +327,30 @@ class RayEngine:
             _keep_handler(signal.SIGTERM, on_sigterm)
             if self.address is None and sys.platform.startswith("linux"):
                 self._watcher = _Watcher(_descendants(os.getpid()))
-        self._remote = ray.remote(max_retries=0, retry_exceptions=False)(_run_chunk)  # retried here
+        self._check_runnable()
+        # retried here, not by Ray
+        self._remote = ray.remote(num_cpus=TASK_CPUS, max_retries=0, retry_exceptions=False)(_run_chunk)
+
+    def _check_runnable(self) -> None:
+        """A PrepError, naming the cluster, what a task asks and what the cluster offers, unless a live node
+        can run a task: Ray would keep the run's tasks waiting for ever, and the run would say nothing."""
+        why = unrunnable([node["Resources"].get("CPU", 0.0) for node in self.ray.nodes() if node["Alive"]])
+        if why is None:
+            return
+        if self.address is not None:
+            where = f"The Ray cluster at {self.address}"
+            fix = (
+                "Add a worker node with CPUs to it (`ray start --address HEAD:PORT --num-cpus N` on a machine"
+                " of the cluster) or give the head CPUs (`ray start --head --num-cpus N`), or run without"
+                " --ray-address to start a local Ray instance"
+            )
+        else:
+            where = "The Ray instance this process runs already"
+            fix = "Start Ray with CPUs (`ray.init(num_cpus=N)`) or connect to a cluster that has some"
+        raise PrepError(
+            f"{where} cannot run any of this run's tasks: each asks for {TASK_CPUS} CPU, and {why}, so Ray"
+            f" would keep them waiting for ever. {fix}. Nothing was written."
+        )
 
     def __exit__(self, *exc_info: object) -> None:
         try:

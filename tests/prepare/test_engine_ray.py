@@ -1,12 +1,14 @@
 """`prepare --engine ray` on a real local Ray instance of 2 CPUs (started and stopped by this module)
 writes byte for byte what the local engine writes: every `.tar.idx`, the sqlite rows, `.info.json` and
-`split.yaml`. A bad shard is named and nothing is written; progress counts every shard in order."""
+`split.yaml`. A bad shard is named and nothing is written; progress counts every shard in order. A cluster
+none of whose nodes can run a task is named at once."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from tests.support.prepare import (
     snapshot,
     twin,
 )
-from tests.support.ray import local_ray
+from tests.support.ray import local_ray, ray_head
 from tests.support.shards import sample_members, tricky_members, write_tarfile
 
 SHARDS = 40  # more than the chunks in flight on 2 CPUs, so results stream back in several rounds
@@ -34,6 +36,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A local Ray instance with 2 CPUs, shut down after the module's tests; yields its address."""
     for ray in local_ray(tmp_path_factory):
         yield ray.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="module")
+def cluster_without_cpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The head of a Ray cluster, its only node, offering no CPU to tasks (`ray start --head --num-cpus 0`,
+    as is usual for a head whose workers join later); stopped after the module's tests. Yields its address."""
+    yield from ray_head(tmp_path_factory.mktemp("head"), cpus=0)
 
 
 @pytest.fixture
@@ -75,6 +84,21 @@ def test_a_bad_shard_is_named_and_nothing_is_written(cluster: str, dataset: Path
     with pytest.raises(ShardError) as raised:
         prepare_dataset(dataset, engine="ray")
     assert "part-1/shard-0004.tar" in str(raised.value)
+    assert snapshot(dataset) == before
+
+
+def test_a_cluster_with_no_cpu_for_a_task_is_named_at_once_not_waited_on(
+    cluster_without_cpus: str, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the head was started (`ray_head`)
+    before = snapshot(dataset)
+    ray = ["--engine", "ray", "--ray-address", cluster_without_cpus]
+    result = run_shardprep("prepare", str(dataset), *FLAGS, *ray, timeout=60)  # Ray would wait for ever
+    message = result.stderr
+    assert result.returncode == 1, message
+    assert f"The Ray cluster at {cluster_without_cpus} cannot run any of this run's tasks" in message
+    assert "each asks for 1 CPU, and its one node offers no CPU to tasks" in message
+    assert "--num-cpus N" in message and "run without --ray-address" in message
     assert snapshot(dataset) == before
 
 
