@@ -29,9 +29,10 @@ dies, except its agents, so a small forked watcher (`_Watcher`) holds the list o
 processes and kills what is left of them once the driver is gone, SIGKILL included. Workers on other
 machines need shardprep installed and the dataset at the same path.
 
-Each task asks for `TASK_CPUS` CPUs. Ray keeps a task that no node can give them waiting for ever, without
-a word (a cluster whose only node was started with `ray start --head --num-cpus 0`), so before its first
-task a run checks that some live node offers them (`unrunnable`) and stops at once if none does.
+Each task asks for `TASK_CPUS` CPUs. Ray keeps a task that no node can give them waiting, without a word,
+until a node that can joins (a cluster whose only node was started with `ray start --head --num-cpus 0`:
+an autoscaler starts such a node, and without one the tasks wait for ever), so before its first task a
+run checks that some live node offers them (`unrunnable`) and says at once if none does.
 """
 
 from __future__ import annotations
@@ -332,24 +333,18 @@ class RayEngine:
         self._remote = ray.remote(num_cpus=TASK_CPUS, max_retries=0, retry_exceptions=False)(_run_chunk)
 
     def _check_runnable(self) -> None:
-        """A PrepError, naming the cluster, what a task asks and what the cluster offers, unless a live node
-        can run a task: Ray would keep the run's tasks waiting for ever, and the run would say nothing."""
+        """Say at once (`notify`) when no live node can run a task: Ray keeps the tasks waiting, without a
+        word, until one joins, which an autoscaling cluster makes happen and any other never does."""
         why = unrunnable([node["Resources"].get("CPU", 0.0) for node in self.ray.nodes() if node["Alive"]])
         if why is None:
             return
-        if self.address is not None:
-            where = f"The Ray cluster at {self.address}"
-            fix = (
-                "Add a worker node with CPUs to it (`ray start --address HEAD:PORT --num-cpus N` on a machine"
-                " of the cluster) or give the head CPUs (`ray start --head --num-cpus N`), or run without"
-                " --ray-address to start a local Ray instance"
-            )
-        else:
-            where = "The Ray instance this process runs already"
-            fix = "Start Ray with CPUs (`ray.init(num_cpus=N)`) or connect to a cluster that has some"
-        raise PrepError(
-            f"{where} cannot run any of this run's tasks: each asks for {TASK_CPUS} CPU, and {why}, so Ray"
-            f" would keep them waiting for ever. {fix}. Nothing was written."
+        where = f"the Ray cluster at {self.address}" if self.address is not None else "this process's Ray"
+        self.notify(
+            f"Note: no node of {where} can run a task of this run now: each asks for {TASK_CPUS} CPU, and"
+            f" {why}. The tasks wait until a node with CPUs joins, as an autoscaling cluster makes one do;"
+            " otherwise stop with Ctrl-C and add a worker node (`ray start --address HEAD:PORT --num-cpus N`"
+            " on a machine of the cluster), give the head CPUs (`ray start --head --num-cpus N`), or run"
+            " without --ray-address to start a local Ray instance."
         )
 
     def __exit__(self, *exc_info: object) -> None:

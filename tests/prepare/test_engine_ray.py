@@ -1,13 +1,19 @@
 """`prepare --engine ray` on a real local Ray instance of 2 CPUs (started and stopped by this module)
 writes byte for byte what the local engine writes: every `.tar.idx`, the sqlite rows, `.info.json` and
 `split.yaml`. A bad shard is named and nothing is written; progress counts every shard in order. A cluster
-none of whose nodes can run a task is named at once."""
+none of whose nodes can run a task is said at once."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,18 +93,36 @@ def test_a_bad_shard_is_named_and_nothing_is_written(cluster: str, dataset: Path
     assert snapshot(dataset) == before
 
 
-def test_a_cluster_with_no_cpu_for_a_task_is_named_at_once_not_waited_on(
+def test_a_cluster_with_no_cpu_for_a_task_is_said_at_once_and_ctrl_c_stops_the_wait(
     cluster_without_cpus: str, dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Ray keeps tasks no node can run waiting, without a word, until a node that can joins (an autoscaler
+    starts one): the run says so at once, and Ctrl-C ends the wait, nothing written."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the head was started (`ray_head`)
     before = snapshot(dataset)
-    ray = ["--engine", "ray", "--ray-address", cluster_without_cpus]
-    result = run_shardprep("prepare", str(dataset), *FLAGS, *ray, timeout=60)  # Ray would wait for ever
-    message = result.stderr
-    assert result.returncode == 1, message
-    assert f"The Ray cluster at {cluster_without_cpus} cannot run any of this run's tasks" in message
-    assert "each asks for 1 CPU, and its one node offers no CPU to tasks" in message
-    assert "--num-cpus N" in message and "run without --ray-address" in message
+    command = [sys.executable, "-m", "prep", "prepare", str(dataset), *FLAGS]
+    command += ["--engine", "ray", "--ray-address", cluster_without_cpus]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as run:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in run.stderr], daemon=True).start()
+        said, deadline = "", time.monotonic() + 60
+        while "no node of" not in said and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                said += lines.get(timeout=1)
+        run.send_signal(signal.SIGINT)
+        assert run.wait(timeout=60) != 0
+    assert f"no node of the Ray cluster at {cluster_without_cpus} can run a task of this run now" in said
+    assert "each asks for 1 CPU, and its one node offers no CPU to tasks" in said
+    assert "--num-cpus N" in said and "run without --ray-address" in said
     assert snapshot(dataset) == before
 
 

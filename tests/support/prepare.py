@@ -20,14 +20,9 @@ ENERGON = shutil.which("energon", path=os.path.dirname(sys.executable)) or "ener
 
 
 def run_shardprep(
-    *args: str,
-    input: str | None = None,
-    honour_permissions: bool = False,
-    check: bool = False,
-    timeout: float = 300,
+    *args: str, input: str | None = None, honour_permissions: bool = False, check: bool = False
 ) -> subprocess.CompletedProcess:
-    """`python -m prep ARGS` in a child process, as a user would run it (stdin closed unless `input`),
-    killed after `timeout` seconds (subprocess.TimeoutExpired).
+    """`python -m prep ARGS` in a child process, as a user would run it (stdin closed unless `input`).
 
     `honour_permissions`: as root, drop the capabilities that let root read any file (setpriv), so file
     modes apply as they do to an ordinary user. `check`: fail the test unless the command succeeds.
@@ -47,7 +42,7 @@ def run_shardprep(
         text=True,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=timeout,
+        timeout=300,
     )
     if check:
         assert result.returncode == 0, f"shardprep {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
