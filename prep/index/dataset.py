@@ -47,6 +47,9 @@ class ShardChangedError(OSError):
 
 #: Shard files kept open at most: a dataset may have more shards than a process may open files.
 OPEN_SHARD_FILES = 256
+#: Split files as read (`read_splits`), by path: a long `exclude` list takes seconds to parse, so each is
+#: parsed once, by whichever reader of a run (a verify of a metadataset opens each dataset several times).
+SplitFilesRead = dict[Path, tuple[dict[str, list[str]], list[str]]]
 
 
 class PreparedDataset:
@@ -55,10 +58,11 @@ class PreparedDataset:
     Metadata is read once at construction; `index` queries `index.sqlite` (opened on first use), and
     shard files are opened lazily and kept open, so concurrent `read_part` calls share one descriptor per
     shard (`pread` has no file position to fight over). At most OPEN_SHARD_FILES stay open (fewer if the
-    process may open no more files): the least recently read one no read is using is closed first.
+    process may open no more files): the least recently read one no read is using is closed first. Each
+    split file is parsed once, into `split_files_read` where the caller shares one between datasets.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], split_files_read: SplitFilesRead | None = None) -> None:
         self.root = Path(root)
         self.meta = self.root / META_DIR
         metadataset = metadataset_file(self.root)
@@ -84,8 +88,8 @@ class PreparedDataset:
         self._nowait_reads = hasattr(os, "RWF_NOWAIT")
         #: tar_file_id -> (size, mtime in ns) each shard file must still have when opened; None: no check.
         self._shard_files: dict[int, tuple[int, int]] | None = None
-        #: Each split file as read (`read_splits`), once: a long `exclude` list takes seconds to parse.
-        self._split_files: dict[str, tuple[dict[str, list[str]], list[str]]] = {}
+        #: Each split file as read, once (`SplitFilesRead`, which the caller may share between datasets).
+        self._split_files: SplitFilesRead = {} if split_files_read is None else split_files_read
 
     # -- metadata ---------------------------------------------------------------------------------
     def splits(self, split_file: str = SPLIT_YAML) -> dict[str, list[str]]:
@@ -93,9 +97,10 @@ class PreparedDataset:
         return {split: list(shards) for split, shards in self._read_splits(split_file)[0].items()}
 
     def _read_splits(self, split_file: str) -> tuple[dict[str, list[str]], list[str]]:
-        if split_file not in self._split_files:
-            self._split_files[split_file] = read_splits(self.meta / split_file)
-        return self._split_files[split_file]
+        path = self.meta / split_file
+        if path not in self._split_files:
+            self._split_files[path] = read_splits(path)
+        return self._split_files[path]
 
     def excluded_samples(self, split_file: str = SPLIT_YAML) -> dict[int, set[str]]:
         """The samples the split file's `exclude` drops one by one (`SHARD/KEY`, as energon matches

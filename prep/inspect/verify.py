@@ -29,7 +29,7 @@ import numpy as np
 from prep.codecs import content_problem
 from prep.errors import PrepError, ShardError
 from prep.index.columns import TextColumn, segment_gather
-from prep.index.dataset import PreparedDataset
+from prep.index.dataset import PreparedDataset, SplitFilesRead
 from prep.index.dataset_yaml import TEMPLATE_FIELD, field_map_parts
 from prep.index.format import (
     AUX_NAME,
@@ -865,13 +865,14 @@ def verify_dataset(
     dataset_config: str = DATASET_YAML,
     auxiliary: bool = False,
     split_files: Sequence[str] = (SPLIT_YAML,),
+    split_files_read: SplitFilesRead | None = None,
 ) -> VerifyReport:
     """Check a prepared dataset, its dataset config being `.nv-meta/{dataset_config}` and its splits those
     of the `split_files` in `.nv-meta` (a metadataset's references name theirs with `split_config`); the
     report lists every problem found with its fix. An `auxiliary` dataset of a metadataset, which energon
     reads by member name through index.sqlite alone, needs no dataset config, and its split.yaml excludes
-    nothing from it."""
-    dataset = PreparedDataset(root)
+    nothing from it. `split_files_read`: split files parsed already, shared with the caller's readers."""
+    dataset = PreparedDataset(root, split_files_read)
     report = VerifyReport(str(dataset.root), deep, dataset_config=dataset_config)
     root_text = str(dataset.root)
     try:
@@ -1034,7 +1035,10 @@ def verify_metadataset(
     joined: dict[tuple[Path, str, Path], tuple[DatasetReference, AuxReference, set[str]]] = {}
     #: (YAML, its split, dataset, split file, split loaded) whose split file has been checked.
     split_files_checked: set[tuple[Path, str, Path, str, str]] = set()
-    split_files_read: dict[Path, dict[str, list[str]] | PrepError] = {}
+    #: Each split file parsed once, by whichever reader comes first (a dataset's verify, a reference's
+    #: check, its samples' aux.json check); those that cannot be read, with why.
+    split_files_read: SplitFilesRead = {}
+    unreadable_split_files: dict[Path, PrepError] = {}
     references = read_metadataset(metadataset, mirror)
     unchecked = {Path(os.path.normpath(place)) for place in unchecked}
 
@@ -1062,7 +1066,14 @@ def verify_metadataset(
         checked.add((path, config))
         loads = (SPLIT_YAML,) if aux else tuple(split_files[path])
         try:
-            part = verify_dataset(path, deep=deep, dataset_config=config, auxiliary=aux, split_files=loads)
+            part = verify_dataset(
+                path,
+                deep=deep,
+                dataset_config=config,
+                auxiliary=aux,
+                split_files=loads,
+                split_files_read=split_files_read,
+            )
         except PrepError as error:
             fix = REPREPARE.format(root=path)
             inner = metadataset_file(path)
@@ -1096,7 +1107,9 @@ def verify_metadataset(
         loaded = (name, reference.split, reference.path, reference.split_config, reference.split_part)
         if loaded not in split_files_checked:
             split_files_checked.add(loaded)
-            report.problems.extend(_split_file_problems(reference, yaml_where, split_files_read))
+            report.problems.extend(
+                _split_file_problems(reference, yaml_where, split_files_read, unreadable_split_files)
+            )
         for aux in reference.aux:
             if not looked_at(aux.path):
                 continue
@@ -1118,7 +1131,9 @@ def verify_metadataset(
     if not aux_files:
         return report
     for reference, aux, splits in joined.values():
-        report.problems.extend(_reference_problems(reference, aux, splits, metadataset.parent))
+        report.problems.extend(
+            _reference_problems(reference, aux, splits, metadataset.parent, split_files_read)
+        )
     return report
 
 
@@ -1137,14 +1152,14 @@ def _ignored_aux_warning(reference: DatasetReference, where: str) -> Problem:
 
 
 def _split_file_problems(
-    reference: DatasetReference, where: str, read: dict[Path, dict[str, list[str]] | PrepError]
+    reference: DatasetReference, where: str, read: SplitFilesRead, unreadable: dict[Path, PrepError]
 ) -> list[Problem]:
     """The problem of a reference energon's loader fails on for its split file: a `split_config` not in
     the dataset's `.nv-meta` (FileNotFoundError), a split it loads that the file does not have
     ('Invalid split part'), or one that names no shard (EMPTY_SPLIT_ERROR); `where` names the YAML. A
-    split.yaml missing or unreadable is the dataset's own problem, said when it is verified. `read` keeps
-    each split file's splits (or why it cannot be read) for the references after this one: a long
-    `exclude` list takes seconds to parse."""
+    split.yaml missing or unreadable is the dataset's own problem, said when it is verified. `read` holds
+    the split files parsed already (`SplitFilesRead`), `unreadable` why those that cannot be are not: each
+    is parsed once for all references and readers."""
     dataset, config = reference.path, reference.split_config
     split_file = dataset / META_DIR / config
     if not split_file.is_file():
@@ -1160,16 +1175,18 @@ def _split_file_problems(
                 f" {split_file}",
             )
         ]
-    if split_file not in read:
+    if split_file not in read and split_file not in unreadable:
         try:
-            read[split_file] = read_splits(split_file)[0]
+            read[split_file] = read_splits(split_file)
         except PrepError as error:
-            read[split_file] = error
-    splits = read[split_file]
-    if isinstance(splits, PrepError):
+            unreadable[split_file] = error
+    if split_file in unreadable:
         if config == SPLIT_YAML:
             return []
-        return [Problem(where, str(splits), f"correct {split_file}, or `split_config` in {where}")]
+        return [
+            Problem(where, str(unreadable[split_file]), f"correct {split_file}, or `split_config` in {where}")
+        ]
+    splits = read[split_file][0]
     with_shards = [split for split, shards in splits.items() if shards] or list(splits)
     if reference.split_part in splits:
         if splits[reference.split_part]:
@@ -1212,14 +1229,19 @@ def _split_files(meta: Path) -> list[str]:
 
 
 def _reference_problems(
-    reference: DatasetReference, aux: AuxReference, splits: set[str], folder: Path
+    reference: DatasetReference,
+    aux: AuxReference,
+    splits: set[str],
+    folder: Path,
+    split_files_read: SplitFilesRead | None = None,
 ) -> list[Problem]:
     """A problem for each sample of the primary dataset's `splits` (those the metadataset loads, from the
     reference's split file) whose `aux.json` names a file the auxiliary dataset does not have (energon's
     loader skips it silently), or that names none; `folder` is the metadataset's, which the problems'
-    paths start at. Nothing if either dataset cannot be read: their own checks say why."""
+    paths start at. Nothing if either dataset cannot be read: their own checks say why.
+    `split_files_read`: split files parsed already, shared with the caller's other readers."""
     try:
-        with PreparedDataset(reference.path) as primary:
+        with PreparedDataset(reference.path, split_files_read) as primary:
             references = loaded_references(primary, splits, reference.split_config)
         names = {found.name for found in references if found.name is not None}
         present = folder_files(aux.path, names) if aux.folder else dataset_files(aux.path)
