@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -351,25 +351,44 @@ class ObjectStore:
         try:
             upload_id = self.start_multipart(name)
             try:
-                parts: list[dict[str, Any]] = []
-                with ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
-                    going: deque[Future[dict[str, Any]]] = deque()
-                    for number, offset in enumerate(range(0, size, part_size), 1):
-                        if stop is not None and stop.is_set():
-                            raise StorageError(
-                                f"The upload of {self.url(name)} was stopped before its part {number}."
-                            )
-                        if len(going) == PART_THREADS:  # this file's parts: PART_THREADS on their way at most
-                            parts.append(going.popleft().result())
-                        length = min(part_size, size - offset)
-                        going.append(pool.submit(self.send_part, name, upload_id, number, fd, offset, length))
-                    parts += [part.result() for part in going]
+                numbers = range(1, -(-size // part_size) + 1)
+                parts = self.send_parts(name, upload_id, fd, numbers, size, part_size, stop)
                 self.finish_multipart(name, upload_id, parts)
             except BaseException:
                 self.drop_multipart(name, upload_id)
                 raise
         finally:
             os.close(fd)
+
+    def send_parts(
+        self,
+        name: str,
+        upload_id: str,
+        fd: int,
+        numbers: Iterable[int],
+        size: int,
+        part_size: int,
+        stop: threading.Event | None = None,
+    ) -> list[dict[str, Any]]:
+        """Parts `numbers` of a multipart upload of the open file `fd` (`size` bytes, in parts of
+        `part_size`), PART_THREADS of them on their way at most (`send_part`); what `finish_multipart`
+        takes of them. Once `stop` is set (the run is interrupted, or another upload failed), no further
+        part is sent: a StorageError."""
+        parts: list[dict[str, Any]] = []
+        with ThreadPoolExecutor(PART_THREADS, "shardprep-part") as pool:
+            going: deque[Future[dict[str, Any]]] = deque()
+            for number in numbers:
+                if stop is not None and stop.is_set():
+                    raise StorageError(
+                        f"The upload of {self.url(name)} was stopped before its part {number}."
+                    )
+                if len(going) == PART_THREADS:
+                    parts.append(going.popleft().result())
+                offset = (number - 1) * part_size
+                length = min(part_size, size - offset)
+                going.append(pool.submit(self.send_part, name, upload_id, number, fd, offset, length))
+            parts += [part.result() for part in going]
+        return parts
 
     def start_multipart(self, name: str) -> str:
         """Begin a multipart upload of object `name` (nothing is visible under the name until

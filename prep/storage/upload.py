@@ -212,19 +212,11 @@ class GrowingUpload:
                 self.store.upload_file(self.name, path, stop)
                 return
             assert self._fd is not None and self._upload_id is not None
-            size, upload_id, fd = os.fstat(self._fd).st_size, self._upload_id, self._fd
-
-            def send(number: int) -> dict:
-                if stop is not None and stop.is_set():  # interrupted, or another upload failed
-                    raise StorageError(
-                        f"The upload of {self.store.url(self.name)} was stopped before its part {number}."
-                    )
-                offset = (number - 1) * self.part_size
-                length = min(self.part_size, size - offset)
-                return self.store.send_part(self.name, upload_id, number, fd, offset, length)
-
+            size = os.fstat(self._fd).st_size
             rest = [1, *range(len(answers) + 2, -(-size // self.part_size) + 1)]
-            answers += [part.result() for part in [self._pool.submit(send, number) for number in rest]]
+            answers += self.store.send_parts(
+                self.name, self._upload_id, self._fd, rest, size, self.part_size, stop
+            )
             if stop is not None and stop.is_set():
                 raise StorageError(
                     f"The upload of {self.store.url(self.name)} was stopped before it was finished."
