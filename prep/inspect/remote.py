@@ -384,9 +384,11 @@ def _mirror_place(bucket: ObjectStore, prefix: str, target: Path, folder: bool, 
     YAML as it is, a prepared dataset as `_mirror` mirrors it, or (`folder`) a folder of plain files as its
     listing. Nothing when the bucket has nothing there, so the metadataset's check says it does not exist."""
     above, _, name = prefix.rpartition("/")
-    if not folder and target.suffix in METADATASET_SUFFIXES and _store_at(bucket, above).exists(name):
-        _download(_store_at(bucket, above), target.parent, name)
-        return
+    if not folder and target.suffix in METADATASET_SUFFIXES:
+        parent = _store_at(bucket, above)
+        if parent.exists(name):
+            _download(parent, target.parent, name)
+            return
     store = _store_at(bucket, prefix)
     objects = store.list()
     if not objects:
