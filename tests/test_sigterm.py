@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 A_RUN = """
-import multiprocessing, pathlib, time
+import multiprocessing, os, pathlib, time
 import pytest
 
 HERE = pathlib.Path(__file__).parent
@@ -25,12 +25,14 @@ def server():
     (HERE / "stopped").write_text("the session's teardown ran")
 
 def sleep_forever():
+    # Said from the child itself, once its fork hooks have run: a SIGTERM before then, while it still had
+    # the run's handler, would be lost (the hook raises, or the reset finds the signal pending).
+    (HERE / "child").write_text(str(os.getpid()))
     time.sleep(60)
 
 def test_waits(server):
     child = multiprocessing.get_context("fork").Process(target=sleep_forever)
     child.start()
-    (HERE / "child").write_text(str(child.pid))
     child.join()
     (HERE / "child-exit").write_text(str(child.exitcode))
     (HERE / "waiting").write_text("")
