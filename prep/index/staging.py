@@ -9,9 +9,13 @@ place together.
 `temp_path(final)` is the one rule for staged names (`NAME.shardprep-TOKEN.tmp`, beside the final path),
 and the staging remembers every name it gave. `commit` renames them into place in the order they were
 given and swaps the new `.nv-meta` in last (atomically where the kernel offers RENAME_EXCHANGE), so a
-dataset never looks complete before it is. Leaving the `with` block without `commit` (an error, Ctrl-C,
-SIGTERM turned into KeyboardInterrupt) removes every staged file and every folder the run created, and
-leaves what was there before exactly as it was.
+dataset never looks complete before it is. Commit is all-or-nothing too: an old file in the way is first
+moved aside (`NAME.shardprep-TOKEN.old`) and removed only once the `.nv-meta` swap is done; if a rename
+fails (a folder or an immutable file in the way, a read-only filesystem), every rename done so far is
+undone in reverse and `CommitError` says which path failed. Leaving the `with` block without `commit` (an
+error, Ctrl-C, SIGTERM turned into KeyboardInterrupt), also midway through one, undoes what the commit
+moved, removes every staged file and every folder the run created, and leaves what was there before
+exactly as it was.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 
+from prep.errors import PrepError
 from prep.index.format import INDEX_SQLITE, META_DIR, tar_index_name
 
 #: Files a prepare always rebuilds; the rest of an existing `.nv-meta` (dataset.yaml, sample_loader.py,
@@ -63,6 +69,39 @@ def local_path(name: str) -> str:
     return "/".join(fitted_name(part) for part in name.split("/"))
 
 
+class CommitError(PrepError):
+    """A commit that could not put `path` in place (`reason`: the OS's word). Its renames were undone,
+    but for those listed in `stuck` ("what is where", one a line), when undoing them failed too.
+
+    >>> print(CommitError(Path("d"), Path("d/a.tar.idx"), "Is a directory", []))
+    Could not put d/a.tar.idx in place: Is a directory. Every file moved before it was put back: d is as it was before the run.
+    >>> print(CommitError(Path("d"), Path("d/b"), "Is a directory", ["the new version of d/a is at d/a (...)"]))
+    Could not put d/b in place: Is a directory. Undoing the files moved before it failed too, so d is half-replaced:
+      - the new version of d/a is at d/a (...)
+    Old versions are kept under names ending in .old: move them back by hand before running again, which removes them.
+    """
+
+    def __init__(self, root: Path, path: Path, reason: str, stuck: list[str]) -> None:
+        self.root = root
+        self.path = path
+        self.reason = reason
+        self.stuck = stuck
+        text = f"Could not put {path} in place: {reason}."
+        if stuck:
+            text += f" Undoing the files moved before it failed too, so {root} is half-replaced:"
+            text += "".join(f"\n  - {line}" for line in stuck)
+            text += (
+                "\nOld versions are kept under names ending in .old: move them back by hand before running"
+                " again, which removes them."
+            )
+        else:
+            text += f" Every file moved before it was put back: {root} is as it was before the run."
+        super().__init__(text)
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.root, self.path, self.reason, self.stuck))
+
+
 def _rename_exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically with renameat2(RENAME_EXCHANGE); False where unsupported."""
     try:
@@ -89,6 +128,10 @@ class Staging:
         self.token = uuid.uuid4().hex[:12]
         self.meta = root / META_DIR
         self._moves: list[tuple[Path, Path]] = []
+        #: The renames (source, destination, swapped) a commit has done so far, undone in reverse if it
+        #: fails; `swapped`: the two were exchanged. And the old versions they moved aside.
+        self._renamed: list[tuple[Path, Path, bool]] = []
+        self._retired: list[Path] = []
         self._created: list[Path] = []
         self._committed = False
         self._make_folder(root)
@@ -163,34 +206,90 @@ class Staging:
         return self._committed
 
     def commit(self) -> None:
-        """Move every staged file into place in the order they were named; the `.nv-meta` swap is last."""
-        for staged, final in self._moves:
-            os.replace(staged, final)
-        self._moves.clear()
-        if self.staged_meta is not None:
-            if not self.meta.exists():
-                os.rename(self.staged_meta, self.meta)
-            elif _rename_exchange(self.staged_meta, self.meta):
-                shutil.rmtree(self.staged_meta)
-            else:
-                retired = self._staged_name(self.meta, "old")
-                os.rename(self.meta, retired)
-                os.rename(self.staged_meta, self.meta)
-                shutil.rmtree(retired)
+        """Move every staged file into place in the order they were named; the `.nv-meta` swap is last.
+        All or nothing: a CommitError, naming the path that failed, once every rename done is undone."""
+        final = self.root
+        try:
+            for staged, final in self._moves:
+                self._put_in_place(staged, final)
+            final = self.meta
+            self._swap_meta()
+        except OSError as error:
+            stuck = self._undo()
+            raise CommitError(self.root, final, error.strerror or str(error), stuck) from None
         self._committed = True
+        self._moves.clear()
+        self._renamed.clear()
+        for old in self._retired:
+            try:  # the dataset is complete: an old version left here goes with the next run's leftovers
+                _remove(old)
+            except OSError:
+                pass
+        self._retired.clear()
+
+    def _rename(self, source: Path, destination: Path) -> None:
+        """Rename `source` to `destination` (replacing a file there), remembered to be undone."""
+        os.replace(source, destination)
+        self._renamed.append((source, destination, False))
+
+    def _put_in_place(self, staged: Path, final: Path) -> None:
+        """Move `staged` to `final`, moving what is at `final` aside first. A folder at `final` stays, to
+        fail the move as os.replace fails it, unless it is empty and `staged` is a folder too."""
+        try:
+            mode = os.lstat(final).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and (
+            not stat.S_ISDIR(mode)
+            or (staged.is_dir() and not staged.is_symlink() and not any(final.iterdir()))
+        ):
+            old = self._staged_name(final, "old")
+            self._rename(final, old)
+            self._retired.append(old)
+        self._rename(staged, final)
+
+    def _swap_meta(self) -> None:
+        """Put the staged `.nv-meta` in place of the old one: in one step where the kernel can swap them."""
+        if self.staged_meta is None:
+            return
+        if not self.meta.exists():
+            self._rename(self.staged_meta, self.meta)
+        elif _rename_exchange(self.staged_meta, self.meta):
+            self._renamed.append((self.staged_meta, self.meta, True))
+            self._retired.append(self.staged_meta)  # which now holds the old index
+        else:
+            old = self._staged_name(self.meta, "old")
+            self._rename(self.meta, old)
+            self._retired.append(old)
+            self._rename(self.staged_meta, self.meta)
+
+    def _undo(self) -> list[str]:
+        """Undo the commit's renames, last first; return what is where for each that could not be."""
+        stuck = []
+        for source, destination, swapped in reversed(self._renamed):
+            try:
+                if swapped:
+                    if not _rename_exchange(source, destination):
+                        stuck.append(f"{destination} holds the new index, {source} the old one")
+                else:
+                    os.replace(destination, source)
+            except OSError as error:
+                stuck.append(f"{destination} should be back at {source} ({error.strerror or error})")
+        self._renamed.clear()
+        self._retired.clear()
+        return stuck
 
     def abort(self) -> None:
-        """Remove everything this run staged and the folders it made; the dataset stays as it was."""
+        """Undo what a commit cut short moved, remove everything this run staged and the folders it made;
+        the dataset stays as it was."""
+        stuck = self._undo()  # an error here must not hide the one that ended the run
         for staged, _ in self._moves:
-            try:  # an error here must not hide the one that ended the run
-                if staged.is_dir() and not staged.is_symlink():
-                    shutil.rmtree(staged, ignore_errors=True)
-                else:
-                    staged.unlink(missing_ok=True)
+            try:
+                _remove(staged)
             except OSError:
                 pass
         self._moves.clear()
-        if self.staged_meta is not None:
+        if self.staged_meta is not None and not stuck:  # stuck, it may hold the old index
             shutil.rmtree(self.staged_meta, ignore_errors=True)
         for folder in reversed(self._created):
             try:
@@ -205,6 +304,14 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         if not self._committed:
             self.abort()
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link or a folder with all it holds; already gone is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def remove_leftovers(root: Path) -> int:
