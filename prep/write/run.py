@@ -44,7 +44,7 @@ from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_datas
 from prep.index.format import INDEX_SQLITE, META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.media import MediaSummary, add_folder_media_metadata
-from prep.index.staging import Staging
+from prep.index.staging import CommitError, Staging
 from prep.media.filter import MediaFilter
 from prep.processes import in_child, worker_count
 from prep.progress import time_left
@@ -336,10 +336,11 @@ class WriteRun:
             build.commit()
         try:
             self.staging.commit()
-        except OSError as error:  # the datasets are in place; a file beside them is not
+        except CommitError as error:  # the datasets are in place; a file beside them is not
+            stuck = "".join(f"\n  - {line}" for line in error.stuck)
             raise PrepError(
-                f"The dataset at {self.out_dir} is complete, but {error.filename2 or error.filename} could"
-                f" not be put in place ({error.strerror or error}). Fix that and run again with --overwrite."
+                f"The dataset at {self.out_dir} is complete, but {error.path} could not be put in place"
+                f" ({error.reason}). Fix that and run again with --overwrite.{stuck}"
             ) from None
 
     def __enter__(self) -> WriteRun:
