@@ -41,6 +41,8 @@ _STAGED_NAME = re.compile(r".+\.shardprep-[0-9a-f]{12}\.(tmp|old)")
 #: The longest file name (bytes) of Linux's filesystems: a staged name of a long final name is cut to fit.
 NAME_MAX = 255
 _RENAME_EXCHANGE = 2
+#: What a commit's rename did: put a staged file in place, moved an old version aside, swapped two.
+_PLACED, _ASIDE, _SWAPPED = "placed", "aside", "swapped"
 _AT_FDCWD = -100
 
 
@@ -75,9 +77,9 @@ class CommitError(PrepError):
 
     >>> print(CommitError(Path("d"), Path("d/a.tar.idx"), "Is a directory", []))
     Could not put d/a.tar.idx in place: Is a directory. Every file moved before it was put back: d is as it was before the run.
-    >>> print(CommitError(Path("d"), Path("d/b"), "Is a directory", ["the new version of d/a is at d/a (...)"]))
+    >>> print(CommitError(Path("d"), Path("d/b"), "Is a directory", ["d/a holds this run's new version (...)"]))
     Could not put d/b in place: Is a directory. Undoing the files moved before it failed too, so d is half-replaced:
-      - the new version of d/a is at d/a (...)
+      - d/a holds this run's new version (...)
     Old versions are kept under names ending in .old: move them back by hand before running again, which removes them.
     """
 
@@ -128,10 +130,8 @@ class Staging:
         self.token = uuid.uuid4().hex[:12]
         self.meta = root / META_DIR
         self._moves: list[tuple[Path, Path]] = []
-        #: The renames (source, destination, swapped) a commit has done so far, undone in reverse if it
-        #: fails; `swapped`: the two were exchanged. And the old versions they moved aside.
-        self._renamed: list[tuple[Path, Path, bool]] = []
-        self._retired: list[Path] = []
+        #: The renames (source, destination, what it did) a commit has done, undone in reverse if it fails.
+        self._renamed: list[tuple[Path, Path, str]] = []
         self._created: list[Path] = []
         self._committed = False
         self._make_folder(root)
@@ -219,18 +219,20 @@ class Staging:
             raise CommitError(self.root, final, error.strerror or str(error), stuck) from None
         self._committed = True
         self._moves.clear()
-        self._renamed.clear()
-        for old in self._retired:
+        for source, destination, done in self._renamed:
             try:  # the dataset is complete: an old version left here goes with the next run's leftovers
-                _remove(old)
+                if done == _ASIDE:
+                    _remove(destination)
+                elif done == _SWAPPED:
+                    _remove(source)  # which holds the old index now
             except OSError:
                 pass
-        self._retired.clear()
+        self._renamed.clear()
 
-    def _rename(self, source: Path, destination: Path) -> None:
+    def _rename(self, source: Path, destination: Path, done: str = _PLACED) -> None:
         """Rename `source` to `destination` (replacing a file there), remembered to be undone."""
         os.replace(source, destination)
-        self._renamed.append((source, destination, False))
+        self._renamed.append((source, destination, done))
 
     def _put_in_place(self, staged: Path, final: Path) -> None:
         """Move `staged` to `final`, moving what is at `final` aside first. A folder at `final` stays, to
@@ -243,9 +245,7 @@ class Staging:
             not stat.S_ISDIR(mode)
             or (staged.is_dir() and not staged.is_symlink() and not any(final.iterdir()))
         ):
-            old = self._staged_name(final, "old")
-            self._rename(final, old)
-            self._retired.append(old)
+            self._rename(final, self._staged_name(final, "old"), _ASIDE)
         self._rename(staged, final)
 
     def _swap_meta(self) -> None:
@@ -255,29 +255,34 @@ class Staging:
         if not self.meta.exists():
             self._rename(self.staged_meta, self.meta)
         elif _rename_exchange(self.staged_meta, self.meta):
-            self._renamed.append((self.staged_meta, self.meta, True))
-            self._retired.append(self.staged_meta)  # which now holds the old index
+            self._renamed.append((self.staged_meta, self.meta, _SWAPPED))
         else:
-            old = self._staged_name(self.meta, "old")
-            self._rename(self.meta, old)
-            self._retired.append(old)
+            self._rename(self.meta, self._staged_name(self.meta, "old"), _ASIDE)
             self._rename(self.staged_meta, self.meta)
 
     def _undo(self) -> list[str]:
-        """Undo the commit's renames, last first; return what is where for each that could not be."""
-        stuck = []
-        for source, destination, swapped in reversed(self._renamed):
+        """Undo the commit's renames, last first; return what is where for each path that could not be
+        put back (a new version that could not go back is dropped if its old one then takes its place)."""
+        stuck: dict[Path, list[str]] = {}
+        for source, destination, done in reversed(self._renamed):
             try:
-                if swapped:
+                if done == _SWAPPED:
                     if not _rename_exchange(source, destination):
-                        stuck.append(f"{destination} holds the new index, {source} the old one")
-                else:
-                    os.replace(destination, source)
+                        stuck[destination] = [f"{destination} holds the new index, {source} the old one"]
+                    continue
+                os.replace(destination, source)
             except OSError as error:
-                stuck.append(f"{destination} should be back at {source} ({error.strerror or error})")
+                if done == _ASIDE:
+                    line = f"the old version of {source} is at {destination}"
+                    stuck.setdefault(source, []).append(f"{line} ({error.strerror or error})")
+                else:
+                    line = f"{destination} holds this run's new version"
+                    stuck.setdefault(destination, []).append(f"{line} ({error.strerror or error})")
+                continue
+            if done == _ASIDE:
+                stuck.pop(source, None)  # the old version is back, over a new one that was stuck there
         self._renamed.clear()
-        self._retired.clear()
-        return stuck
+        return [line for lines in stuck.values() for line in lines]
 
     def abort(self) -> None:
         """Undo what a commit cut short moved, remove everything this run staged and the folders it made;
