@@ -375,6 +375,10 @@ _PART_FILES_PAGE = (
     " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
     " WHERE sp.rowid > ?{shards}" + _LAST_OF_ITS_NAME + " ORDER BY sp.rowid LIMIT ?"
 )
+_PART_PLACE = (
+    "SELECT s.sample_key, sp.part_name, sp.tar_file_id FROM sample_parts sp"
+    " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index WHERE sp.rowid = ?"
+)
 
 
 class IndexReader:
@@ -543,6 +547,10 @@ class IndexReader:
         query = "SELECT tar_file_id, content_byte_offset, content_byte_size FROM sample_parts WHERE rowid = ?"
         row = self._db().execute(query, (part_rowid,)).fetchone()
         return None if row is None else PartLocation(*row)
+
+    def part_place(self, part_rowid: int) -> tuple[str, str, int] | None:
+        """(sample key, part name, tar_file_id) of the part with this rowid, or None."""
+        return self._db().execute(_PART_PLACE, (part_rowid,)).fetchone()
 
     def part_files_page(self, after_rowid: int, limit: int) -> list[tuple[str, int, int]]:
         """(`KEY.PART`, part rowid, size) of up to `limit` parts after `after_rowid`, in rowid order; of

@@ -2,7 +2,8 @@
 
 The session (`prep.mount.session`) speaks the kernel's protocol and knows nothing of datasets; the tree
 (`prep.mount.tree`) knows the dataset and nothing of the protocol. This is all they share: a `Tree` is
-anything that resolves names to `Node`s, lists folders a page at a time, and reads files' bytes.
+anything that resolves names to `Node`s, lists folders a page at a time, and reads files' bytes, and the
+error by which it says it has told the user of a failure itself.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class Listing:
     entries: list[tuple[str, int, int, int]]
 
 
+class AlreadyToldError(OSError):
+    """An I/O error the tree has already told its user about, in words of the dataset (a shard changed:
+    prepare again); the session answers it EIO and tells nothing more of it."""
+
+
 class Tree(Protocol):
     """A read-only folder tree, safe to use from several threads."""
 
@@ -48,6 +54,9 @@ class Tree(Protocol):
     def list_dir(self, folder: int, after: int = 0, limit: int = 1024) -> Listing:
         """Up to `limit` entries of a folder after cookie `after` (0: from the start; `.` and `..` are
         the session's). NotADirectoryError for a file, FileNotFoundError for an id that is no folder."""
+
+    def path(self, node: int) -> str | None:
+        """Where a node is shown under the mount (`/` its root), for messages; None if there is none."""
 
     def usage(self) -> tuple[int, int]:
         """(bytes, files) the tree shows, for `df`."""

@@ -12,7 +12,9 @@ all, since the kernel stops sending those once they are answered ENOSYS; and lon
 since a mounted dataset never changes.
 
 The session answers from a `Tree` (`prep.mount.nodes`), whatever it shows; mounting and unmounting the
-device is `prep.mount.device`'s.
+device is `prep.mount.device`'s. A request that raises is answered, never left waiting: "no such file"
+or "not a folder" where that is what the tree said, else an I/O error, which is told in the session's
+messages with the request, its path and the exception (`prep.mount.failures`) unless the tree told it.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prep.mount import wire
+from prep.mount.failures import FailedRequests
 from prep.mount.messages import STDERR, Messages
-from prep.mount.nodes import Tree
+from prep.mount.nodes import AlreadyToldError, Tree
 
 #: The data never changes under a mount, so the kernel may keep names and attributes this long.
 CACHE_SECONDS = 3600
@@ -67,6 +70,7 @@ class FuseSession:
         self.device = device
         self.trace = trace  # each request on stderr (--debug, in the foreground)
         self.messages = messages
+        self.failures = FailedRequests(messages.say)
         self.tree = tree
         self.packer = wire.NodePacker(owner.uid, owner.gid, owner.time_s, owner.time_ns, CACHE_SECONDS)
         self.initialised = threading.Event()
@@ -136,16 +140,17 @@ class FuseSession:
                     self._error(unique, errno.ENOENT)
                 except NotADirectoryError:
                     self._error(unique, errno.ENOTDIR)
+                except AlreadyToldError:
+                    self._error(unique, errno.EIO)
                 except OSError as error:  # a shard that cannot be read: the caller sees an I/O error
                     if error.errno in (errno.ENODEV, errno.EBADF):  # the device is gone: unmounted
                         return
-                    self._error(unique, errno.EIO)
+                    self._failed(unique, opcode, nodeid, view[wire.IN_HEADER.size : length], error)
                 except Exception as error:  # noqa: BLE001 - one bad request must not stop the mount
-                    if self.trace:
-                        print(f"fuse: {_opcode_name(opcode)} failed: {error!r}", file=sys.stderr, flush=True)
-                    self._error(unique, errno.EIO)
+                    self._failed(unique, opcode, nodeid, view[wire.IN_HEADER.size : length], error)
         finally:
             self._slow_reads.shutdown(wait=True)
+            self.failures.close()
             self.finished.set()
 
     # -- replies -------------------------------------------------------------------------------------
@@ -160,6 +165,31 @@ class FuseSession:
             os.write(self.device, wire.OUT_HEADER.pack(wire.OUT_HEADER.size, -code, unique))
         except FileNotFoundError:
             pass
+
+    def _failed(self, unique: int, opcode: int, nodeid: int, body: memoryview, error: BaseException) -> None:
+        """Answer EIO to a request that raised `error`, and tell the user (`FailedRequests`)."""
+        self._error(unique, errno.EIO)
+        self.failures.failed(_opcode_name(opcode), lambda: self._asked_for(opcode, nodeid, body), error)
+
+    def _asked_for(self, opcode: int, nodeid: int, body: memoryview) -> str:
+        """What a request asked for, for a message: the path it names, and for a read the range."""
+        if opcode == wire.Opcode.LOOKUP:
+            return f"{self._path(nodeid).rstrip('/')}/{str(body[:-1], 'utf-8', 'replace')}"
+        if opcode == wire.Opcode.READ:
+            _, offset, size, _ = wire.READ_IN.unpack_from(body)
+            return self._range(nodeid, offset, size)
+        return self._path(nodeid)
+
+    def _range(self, nodeid: int, offset: int, size: int) -> str:
+        return f"{self._path(nodeid)} ({size} bytes at {offset})"
+
+    def _path(self, nodeid: int) -> str:
+        """Where a node is under the mount; its id if the tree cannot tell."""
+        try:
+            path = self.tree.path(nodeid)
+        except Exception:  # noqa: BLE001 - the tree may be what failed
+            path = None
+        return f"node {nodeid}" if path is None else path
 
     # -- requests ------------------------------------------------------------------------------------
     def _init(self, unique: int, nodeid: int, body: memoryview) -> None:
@@ -237,12 +267,11 @@ class FuseSession:
             data = self.tree.read(nodeid, offset, size)
         except FileNotFoundError:
             self._error(unique, errno.ENOENT)
-        except OSError:
+        except AlreadyToldError:
             self._error(unique, errno.EIO)
         except Exception as error:  # noqa: BLE001 - e.g. the index gone: an I/O error for this read
-            if self.trace:
-                print(f"fuse: READ failed: {error!r}", file=sys.stderr, flush=True)
             self._error(unique, errno.EIO)
+            self.failures.failed(wire.Opcode.READ.name, lambda: self._range(nodeid, offset, size), error)
         else:
             self._reply(unique, data)
 

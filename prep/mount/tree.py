@@ -34,7 +34,7 @@ from prep.index.dataset import PreparedDataset, ShardChangedError
 from prep.index.group import key_and_part
 from prep.index.sqlite import IndexReader, PartLocation, PartRow
 from prep.mount.messages import STDERR, Messages
-from prep.mount.nodes import FIRST_COOKIE, Listing, Node
+from prep.mount.nodes import FIRST_COOKIE, AlreadyToldError, Listing, Node
 
 FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds, the low two bits of a node id
 #: Samples the cache holds before it starts afresh.
@@ -346,6 +346,44 @@ class MountTree:
         """(bytes, files) of the parts this tree shows, for `df`."""
         return self.index.part_usage()
 
+    def path(self, node: int) -> str | None:
+        """Where `node` is shown, e.g. `/shard-000.tar/s0_000/txt`, for messages; None if there is none.
+        A sample or part is looked up in the index."""
+        kind, number = node & 3, node >> 2
+        if kind == FOLDER:
+            return "/" + "/".join(self._folder_names(number)) if number < len(self._folders) else None
+        if kind == SAMPLE:
+            sample = self.index.sample_by_rowid(number)
+            return None if sample is None else self._sample_path(sample.key, sample.tar_file_id)
+        place = self.index.part_place(number)
+        if place is None:
+            return None
+        key, part, tar_file_id = place
+        if self.flat:
+            return f"/{escape_name(f'{key}.{part}')}"
+        return f"{self._sample_path(key, tar_file_id)}/{escape_name(part)}"
+
+    def _folder_names(self, number: int) -> list[str]:
+        """The shown names from the root down to folder `number` (none for the root)."""
+        names: list[str] = []
+        while number != 0:
+            parent, name = next(
+                (parent, name)
+                for parent, children in enumerate(self._folders)
+                for name, child in children.items()
+                if child >> 2 == number
+            )
+            names.insert(0, name)
+            number = parent
+        return names
+
+    def _sample_path(self, key: str, tar_file_id: int) -> str:
+        """Where a sample's folder is shown (the sample and shard views)."""
+        if self.view is View.SAMPLE:
+            return f"/{escape_name(key)}"
+        shard = self._folder_names(self._folder_shard.index(tar_file_id))
+        return f"/{'/'.join(shard)}/{escape_name(key)}"
+
     # -- bytes ---------------------------------------------------------------------------------------
     def read(self, node: int, offset: int, size: int) -> bytes:
         """Bytes `offset .. offset+size` of a part file (fewer at its end); FileNotFoundError if no part."""
@@ -357,8 +395,7 @@ class MountTree:
         except FileNotFoundError as error:
             raise _shard_gone(error) from None
         except ShardChangedError as error:
-            self._say_changed(error.shard)
-            raise
+            raise self._say_changed(error) from None
 
     def read_cached(self, node: int, offset: int, into: memoryview) -> memoryview:
         """`read` into `into` from the page cache only (the filled front of it); BlockingIOError if the
@@ -371,19 +408,21 @@ class MountTree:
         except FileNotFoundError as error:
             raise _shard_gone(error) from None
         except ShardChangedError as error:
-            self._say_changed(error.shard)
-            raise
+            raise self._say_changed(error) from None
 
-    def _say_changed(self, shard: str) -> None:
-        """Say once that a shard changed while mounted, and what to do."""
+    def _say_changed(self, error: ShardChangedError) -> AlreadyToldError:
+        """Say once that a shard changed while mounted, and what to do; the error to raise."""
+        told = AlreadyToldError(errno.EIO, str(error))
+        shard = error.shard
         if shard in self._changed_shards:
-            return
+            return told
         self._changed_shards.add(shard)
         self.messages.say(
             f"{self.dataset.shard_path(shard)} changed (replaced or rewritten) while mounted; its files read"
             f" as I/O errors. Prepare the dataset again (`shardprep prepare {self.dataset.root}`) and mount it"
             " anew."
         )
+        return told
 
     def close(self) -> None:
         """Close every thread's connection and the dataset's shard files."""

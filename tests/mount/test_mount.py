@@ -22,6 +22,7 @@ import pytest
 
 from prep.index.group import key_and_part
 from prep.mount.device import fuse_problem, mounted_here
+from prep.mount.failures import FULL_PER_KIND
 from prep.mount.wire import NAME_MAX
 from tests.support.datasets import (
     BIG_PART_BYTES,
@@ -340,6 +341,30 @@ def test_a_log_file_that_cannot_be_opened_is_refused_before_mounting(base, tmp_p
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"The log file {log} cannot be opened" in result.stderr
     assert not os.path.ismount(tmp_path / "mnt") and not (tmp_path / "elsewhere").exists()
+
+
+def test_requests_failing_under_a_background_mount_are_told_in_its_log_file_a_few_times_then_counted(
+    base, tmp_path
+):
+    # The index moved away while mounted: the server's first query opens it and fails (a PrepError, no
+    # OSError), so each lookup is an I/O error. Only --debug, in the foreground, said why; in the
+    # background the reader saw EIO and the log file stayed empty.
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    log = tmp_path / "mount.log"
+    attempts = FULL_PER_KIND + 4
+    with Mounted(dataset, tmp_path / "mnt", "--log-file", str(log)) as mounted:
+        os.replace(dataset / ".nv-meta" / "index.sqlite", tmp_path / "index.sqlite")
+        for _ in range(attempts):
+            with pytest.raises(OSError) as raised:
+                (mounted.mountpoint / "s0_000.txt").read_bytes()
+            assert raised.value.errno == errno.EIO
+    lines = log.read_text().splitlines()
+    told = [line for line in lines if "LOOKUP of /s0_000.txt answered as an I/O error: PrepError:" in line]
+    assert len(told) == FULL_PER_KIND, lines
+    assert f"{dataset / '.nv-meta' / 'index.sqlite'} is missing" in told[0]
+    assert lines[-1].endswith(f"{attempts - FULL_PER_KIND} more LOOKUP requests failed with PrepError."), (
+        lines
+    )
 
 
 def test_a_background_mount_without_a_log_file_says_where_its_messages_go(base, tmp_path):

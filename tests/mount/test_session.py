@@ -14,10 +14,12 @@ import pytest
 
 from prep.index.dataset import PreparedDataset
 from prep.mount import wire
+from prep.mount.failures import FULL_PER_KIND
+from prep.mount.messages import STDERR, Messages
 from prep.mount.nodes import ROOT_ID
 from prep.mount.session import FuseSession, Owner
 from prep.mount.tree import MountTree, View
-from tests.support.datasets import prepared_dataset
+from tests.support.datasets import prepared_dataset, writable_copy
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +30,13 @@ def dataset(tmp_path_factory) -> Path:
 class Kernel:
     """Our side of the pair: sends requests as the kernel would and reads the replies."""
 
-    def __init__(self, dataset: Path) -> None:
+    def __init__(self, dataset: Path, messages: Messages = STDERR) -> None:
         self.ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.session = FuseSession(
-            theirs.detach(), MountTree(PreparedDataset(dataset), View.FLAT), Owner(0, 0, 0, 0)
+            theirs.detach(),
+            MountTree(PreparedDataset(dataset), View.FLAT),
+            Owner(0, 0, 0, 0),
+            messages=messages,
         )
         self.session.start()
         self.unique = 0
@@ -147,3 +152,30 @@ def test_a_read_that_fails_other_than_with_an_os_error_in_a_pool_thread_is_answe
         assert kernel.reply()[:2] == (-errno.EIO, read)
     finally:
         kernel.close()
+
+
+def test_a_read_of_a_shard_that_became_a_folder_is_answered_eio_and_told_with_its_path(dataset, tmp_path):
+    # An OSError the tree does not expect (EISDIR) was a silent EIO: only --debug said anything, and not
+    # of OSErrors at all.
+    copy = writable_copy(dataset, tmp_path / "dataset")
+    (copy / "shard-000.tar").unlink()
+    (copy / "shard-000.tar").mkdir()
+    said: list[str] = []
+    kernel = Kernel(copy, Messages("a list", said.append))
+    try:
+        kernel.send(wire.Opcode.INIT, init_request(38, 0))
+        assert kernel.reply()[0] == 0
+        kernel.send(wire.Opcode.LOOKUP, b"s0_000.txt\0")
+        error, _, body = kernel.reply()
+        assert error == 0
+        node = wire.ENTRY_OUT_HEAD.unpack_from(body)[0]
+        for _ in range(FULL_PER_KIND + 2):
+            read = kernel.send(wire.Opcode.READ, wire.READ_IN.pack(0, 0, 4096, 0) + bytes(24), nodeid=node)
+            assert kernel.reply()[:2] == (-errno.EIO, read)
+    finally:
+        kernel.close()
+    assert len(said) == FULL_PER_KIND + 1, said  # the last: the count, told as the session ends
+    assert said[0].startswith(
+        "READ of /s0_000.txt (4096 bytes at 0) answered as an I/O error: IsADirectoryError"
+    )
+    assert said[-1] == "2 more READ requests failed with IsADirectoryError."

@@ -87,6 +87,26 @@ def test_files_found_by_name_in_any_order_have_their_bytes_and_others_are_absent
         tree.close()
 
 
+@pytest.mark.parametrize("view", list(View))
+def test_every_node_names_the_path_it_is_found_at(base, view):
+    # The path a failed request is told with (`prep.mount.failures`): the one the user opened.
+    dataset = prepared_dataset(base, "shardprep")
+    tree = MountTree(PreparedDataset(dataset), view)
+    try:
+        assert tree.path(ROOT) == "/"
+        for path in sorted(expected_files(dataset, view))[::7]:
+            node, walked = ROOT, ""
+            for name in path.split("/"):
+                node, walked = tree.lookup(node, name).id, f"{walked}/{name}"
+                assert tree.path(node) == walked
+        assert (
+            tree.path(ROOT + 4 * 10**6) is None
+            and tree.path(mount_tree.node_id(mount_tree.PART, 10**6)) is None
+        )
+    finally:
+        tree.close()
+
+
 def test_a_split_shows_only_its_shards_samples(base, small_cache):
     dataset = prepared_dataset(base, "energon")
     with PreparedDataset(dataset) as prepared:
