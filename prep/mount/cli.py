@@ -125,11 +125,12 @@ def mount_command(
     dataset, mountpoint = dataset.absolute(), _real(mountpoint)
     background = not (foreground or debug)
     said = messages.in_background(log_file) if background else messages.STDERR
-    tree = MountTree(PreparedDataset(dataset), View(view), split, said)
-    tree.index.check()
-    _check_mountpoint(mountpoint, tree.dataset)
+    with said:  # a mount that fails leaves no log file it created and never wrote to
+        tree = MountTree(PreparedDataset(dataset), View(view), split, said)
+        tree.index.check()
+        _check_mountpoint(mountpoint, tree.dataset)
+        pid = serve_in_background(tree, str(mountpoint)) if background else None
     if background:
-        pid = serve_in_background(tree, str(mountpoint))
         click.echo(f"{READY_PREFIX}{mountpoint} (pid {pid}); unmount with `shardprep umount {mountpoint}`.")
         if said.where is None:
             click.echo(

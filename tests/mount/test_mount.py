@@ -367,6 +367,24 @@ def test_requests_failing_under_a_background_mount_are_told_in_its_log_file_a_fe
     )
 
 
+@pytest.mark.parametrize("log_was_there", [False, True], ids=["created", "there before"])
+def test_a_mount_that_fails_removes_the_log_file_it_created_and_keeps_one_it_did_not(
+    base, tmp_path, log_was_there
+):
+    # The log file is opened before the mount is tried: a mount that then failed left it behind, empty.
+    dataset = prepared_dataset(base, "energon")
+    log = tmp_path / "mount.log"
+    if log_was_there:
+        log.write_bytes(b"")
+        log.chmod(0o640)
+    (tmp_path / "a-file").write_text("not a folder")
+    result = run_shardprep("mount", str(dataset), str(tmp_path / "a-file"), "--log-file", str(log))
+    assert result.returncode == 1 and "is a file" in result.stderr, result.stderr
+    assert log.exists() == log_was_there
+    if log_was_there:
+        assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_bytes() == b""
+
+
 def test_a_background_mount_without_a_log_file_says_where_its_messages_go(base, tmp_path):
     dataset = prepared_dataset(base, "energon")
     with Mounted(dataset, tmp_path / "mnt") as mounted:
