@@ -94,7 +94,8 @@ def _dataset_file_below(mountpoint: Path, dataset: PreparedDataset) -> str | Non
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="In the background, append what the server says while it serves (e.g. a shard changed under"
-    " it) to this file (created with mode 600; not through a symbolic link). Without it they go to"
+    " it) to this file: created with mode 600 (removed again if the mount fails), or appended to with the"
+    " mode its owner gave it; never through a symbolic link. Without it they go to"
     f" {SYSLOG_WHERE} if there is one. In the foreground they go to stderr.",
 )
 def mount_command(
