@@ -10,8 +10,8 @@ the metadataset split's name, read from the reference's `split_config` (split.ya
 7.4.1 reads no `aux` of an element of a `join` (its join loader gives the joined samples no auxiliary
 dataset), so such a reference's `aux` is kept apart as ignored. Relative paths start at the YAML's
 folder, as energon resolves them; a `path` that is itself a metadataset YAML is read in turn. Paths in
-object storage (`msc://`, `s3://`, `filesystem+msc://`) are left out, or, for a verify of a bucket that
-mirrors them, resolved to their place in the mirror (`read_metadataset`'s `mirror`). The YAML is
+object storage (`msc://`, `s3://`, `filesystem+msc://`) are left out, or, for a verify that mirrors
+them, resolved to their place in the mirror (`read_metadataset`'s `mirror`). The YAML is
 read with the safe loader, and refused where energon's reader reads it otherwise (`prep.index.yaml_reader`).
 """
 

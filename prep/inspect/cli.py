@@ -108,7 +108,7 @@ def verify_command(
 
     Given a metadataset YAML (or the folder holding `metadataset.yaml`), every dataset it names."""
     from prep.index.metadataset import metadataset_file, named_datasets
-    from prep.inspect.verify import Problem, format_report, report_json, verify_dataset, verify_metadataset
+    from prep.inspect.verify import Problem, format_report, report_json, verify_dataset
 
     if split is not None and not load:
         raise click.UsageError("--split is for --load.")
@@ -124,7 +124,9 @@ def verify_command(
                 "--load loads one prepared dataset through its dataset.yaml; run it on each dataset the"
                 f" metadataset names: {named_datasets(metadataset)}."
             )
-        report = verify_metadataset(metadataset, deep=deep)
+        from prep.inspect.remote import verify_local_metadataset  # what it names in object storage, mirrored
+
+        report = verify_local_metadataset(metadataset, deep=deep, tmp_path=tmp_path)
     else:
         report = verify_dataset(dataset, deep=deep, dataset_config=dataset_config)
     if load and report.healthy:

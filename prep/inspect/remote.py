@@ -7,8 +7,9 @@ local file name; `PreparedDataset` reads there too), so the local commands run o
 
 - `info` reads the index and the shards' sizes: nothing of the shards is fetched;
 - `preview` reads the parts it shows from the bucket by ranged GETs (`RemoteDataset.read_part`);
-- `verify` of a metadataset (`verify_remote_metadataset`) mirrors each dataset, auxiliary folder and nested
-  metadataset it names in the same bucket where the YAML puts it;
+- `verify` of a metadataset, in a bucket or local (`verify_remote_metadataset`, `verify_local_metadataset`),
+  mirrors each dataset, auxiliary folder and nested metadataset it names in object storage at its place
+  in a mirror of object storage;
 - `verify` needs the tar headers at the offsets the index names: each shard's headers are walked by ranged
   GETs as prepare walks them (`prep.tar.scan.RangedHeaderWalker`), the sample starts and part headers the
   index names are read too, and what was read is written into the sparse file at its place, with the
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
@@ -239,38 +240,57 @@ def _holds_metadataset(names: Collection[str]) -> bool:
 def verify_remote_metadataset(
     address: str, *, deep: bool = False, tmp_path: str | Path | None = None, store: ObjectStore | None = None
 ) -> VerifyReport:
-    """`verify` of the metadataset a bucket `write --media-column` makes: every dataset and auxiliary folder
-    it names in object storage, relative to its YAML or by an `s3://` or `msc://` address (in this bucket,
-    another one, or an MSC profile's), is mirrored at its place in a mirror of object storage
-    (`in_mirror`: a dataset as `verify_remote` mirrors it, a folder as its listing, a nested metadataset's
-    YAML as it is, then what that names), and the mirror verified as a local metadataset; local paths are
-    verified as the local verify does. A place that cannot be read is a problem naming its address and
-    why; one whose MSC profile cannot be opened here, or in storage verify does not read, is a warning
-    that it was not checked. The files each sample's `aux.json` names are not checked (the report says
-    so): reading the `aux.json` parts would take a GET per sample."""
+    """`verify` of the metadataset a bucket `write --media-column` makes: its YAML mirrored at its place in
+    a mirror of object storage, then verified as `verify_local_metadataset` verifies a local one."""
     store = store or open_store(require_address(address))
+    here = store.address
+
+    def verify(root: Path) -> VerifyReport:
+        folder = in_mirror(root, here.scheme, f"{here.authority}/{here.prefix}")
+        folder.mkdir(parents=True, exist_ok=True)
+        _download(store, folder, METADATASET_YAML)
+        return _verify_mirrored_metadataset(
+            folder / METADATASET_YAML, root, deep, {(here.scheme, here.authority): store}
+        )
+
+    return _verified_in_mirror(address, tmp_path, verify)
+
+
+def verify_local_metadataset(
+    metadataset: Path, *, deep: bool = False, tmp_path: str | Path | None = None
+) -> VerifyReport:
+    """`verify` of a metadataset YAML: every dataset and auxiliary folder it names in object storage,
+    relative to a YAML there or by an `s3://` or `msc://` address (in a bucket or an MSC profile's), is
+    mirrored at its place in a mirror of object storage (`in_mirror`: a dataset as `verify_remote`
+    mirrors it, a folder as its listing, a nested metadataset's YAML as it is, then what that names), and
+    the YAML verified with the mirror (`verify_metadataset`); local paths are verified as they are. A
+    place that cannot be read is a problem naming its address and why; one whose MSC profile cannot be
+    opened here, or in storage verify does not read, is a warning that it was not checked."""
+    return _verified_in_mirror(
+        str(metadataset), tmp_path, lambda root: _verify_mirrored_metadataset(metadataset, root, deep, {})
+    )
+
+
+def _verified_in_mirror(
+    name: str, tmp_path: str | Path | None, verify: Callable[[Path], VerifyReport]
+) -> VerifyReport:
+    """`verify(mirror)`'s report, the metadataset named `name` and every place of the mirror (a scratch
+    folder, gone afterwards) named by the address it stands for, in the report and in an error."""
     with scratch_folder(tmp_path, "mirror") as root:
         addresses = {f"{root / scheme}{os.sep}": f"{scheme}://" for scheme in SCHEMES}
         try:
-            report = _verify_mirrored_metadataset(store, root, deep)
+            report = verify(root)
         except PrepError as error:  # named by the address, not the mirror (gone when the user reads it)
             raise PrepError(_named_by_addresses(str(error), addresses)) from None
-    report.unchecked = (
-        "the files the samples' aux.json parts name were not checked (in a bucket that takes a GET per"
-        " sample; verify a local copy to check them)"
-    )
-    return _named_report(report, address, addresses)
+    return _named_report(report, name, addresses)
 
 
-def _verify_mirrored_metadataset(store: ObjectStore, root: Path, deep: bool) -> VerifyReport:
-    """`verify_remote_metadataset` of the metadataset at `store`, mirrored below `root`."""
-    here = store.address
-    folder = in_mirror(root, here.scheme, f"{here.authority}/{here.prefix}")
-    folder.mkdir(parents=True, exist_ok=True)
-    _download(store, folder, METADATASET_YAML)
-    metadataset = folder / METADATASET_YAML
+def _verify_mirrored_metadataset(
+    metadataset: Path, root: Path, deep: bool, stores: dict[tuple[str, str], ObjectStore | PrepError]
+) -> VerifyReport:
+    """`verify_local_metadataset` of the YAML `metadataset`, what it names in object storage mirrored
+    below `root`; `stores`: those opened already, by (scheme, bucket or profile)."""
     fill = "whole" if deep else "headers"
-    stores: dict[tuple[str, str], ObjectStore | PrepError] = {(here.scheme, here.authority): store}
     problems: list[Problem] = []
     warnings: list[Problem] = []
     unchecked: list[Path] = []
@@ -296,7 +316,7 @@ def _verify_mirrored_metadataset(store: ObjectStore, root: Path, deep: bool) -> 
                 unchecked.append(place)
                 problems.append(_unreadable(named, where, error))
         mirrored |= places.keys()
-    report = verify_metadataset(metadataset, deep=deep, aux_files=False, mirror=root, unchecked=unchecked)
+    report = verify_metadataset(metadataset, deep=deep, mirror=root, unchecked=unchecked)
     report.problems[:0] = problems
     report.warnings[:0] = warnings
     return report

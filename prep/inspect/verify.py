@@ -56,6 +56,11 @@ REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
+#: What a verify of a metadataset leaves unchecked of a dataset it names in object storage.
+AUX_FILES_IN_STORAGE = (
+    "the files the aux.json parts of samples in object storage name were not checked (that takes a GET per"
+    " sample; verify a local copy to check them)"
+)
 REGULAR_TYPEFLAGS = np.array(sorted(REGULAR_TYPES), dtype=np.uint8)
 #: The fix of a member that does not decode.
 FIX_SOURCE = "fix the source data and re-write the shard"
@@ -1016,7 +1021,6 @@ def verify_metadataset(
     metadataset: Path,
     *,
     deep: bool = False,
-    aux_files: bool = True,
     mirror: Path | None = None,
     unchecked: Collection[Path] = (),
 ) -> VerifyReport:
@@ -1025,10 +1029,10 @@ def verify_metadataset(
     folder it names there, and every file the `aux.json` of the primary samples it loads names in the
     auxiliary dataset (the samples of the split each reference loads: its `split_part`, else the
     metadataset's split, in its `split_config`). energon's loader skips, without saying why, every sample
-    whose auxiliary folder or file is gone, so each is a problem here. Without `aux_files`, the files the
-    `aux.json` parts name are not checked. `mirror`: where a verify of a bucket mirrors the object storage
-    the YAML names (`read_metadataset`); `unchecked`: places the caller could not look at, and says why
-    itself: they are neither verified nor said to be missing."""
+    whose auxiliary folder or file is gone, so each is a problem here. `mirror`: where a verify mirrors the
+    object storage the YAML names (`read_metadataset`); the `aux.json` parts of a dataset there are not
+    read (that would take a GET per sample), and the report says so. `unchecked`: places the caller could
+    not look at, and says why itself: they are neither verified nor said to be missing."""
     report = VerifyReport(str(metadataset), deep)
     checked: set[tuple[Path, str]] = set()
     #: The splits loaded of each (primary, split file, auxiliary), whose samples' references are checked.
@@ -1128,9 +1132,12 @@ def verify_metadataset(
             if aux.name == AUX_NAME and aux.path.is_dir():
                 key = (reference.path, reference.split_config, aux.path)
                 joined.setdefault(key, (reference, aux, set()))[2].add(reference.split_part)
-    if not aux_files:
-        return report
-    for reference, aux, splits in joined.values():
+    read_here = [
+        entry for entry in joined.values() if mirror is None or not entry[0].path.is_relative_to(mirror)
+    ]
+    if len(read_here) < len(joined):
+        report.unchecked = AUX_FILES_IN_STORAGE
+    for reference, aux, splits in read_here:
         report.problems.extend(
             _reference_problems(reference, aux, splits, metadataset.parent, split_files_read)
         )

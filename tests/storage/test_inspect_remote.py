@@ -127,7 +127,7 @@ def test_verify_of_a_metadataset_in_a_bucket_verifies_each_dataset_it_names_as_l
 ):
     """Each dataset a bucket `write --media-column` makes is verified, its problems named under its path;
     an auxiliary dataset or folder gone from the bucket is named as locally."""
-    from prep.inspect.verify import verify_metadataset
+    from prep.inspect.verify import AUX_FILES_IN_STORAGE, verify_metadataset
     from tests.inspect.test_verify import polylithic
 
     local = polylithic(tmp_path / "poly", aux_format)
@@ -139,7 +139,7 @@ def test_verify_of_a_metadataset_in_a_bucket_verifies_each_dataset_it_names_as_l
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy"), result.stdout
     here = verify_metadataset(local / "metadataset.yaml")
     assert f"{here.shards:,} shards, {here.samples:,} samples, {here.parts:,} parts" in result.stdout
-    assert "the files the samples' aux.json parts name were not checked" in result.stdout
+    assert f"; {AUX_FILES_IN_STORAGE})" in result.stdout
     client = s3.client()
     client.delete_object(Bucket=bucket, Key="poly/primary/shard-000000.tar.idx")
     for key in [
@@ -306,3 +306,49 @@ def test_an_unreadable_metadataset_yaml_in_a_bucket_is_named_by_its_address_not_
         with pytest.raises(PrepError) as raised:
             verify_remote(f"s3://meta-broken/{folder}")
         assert str(raised.value).startswith(f"s3://meta-broken/{said}"), raised.value
+
+
+def test_verify_of_a_local_metadataset_verifies_what_it_names_in_object_storage(s3, tmp_path, monkeypatch):
+    """A local YAML naming datasets by `msc://` or `s3://` address: each is mirrored and verified as for a
+    YAML in a bucket, its problems named by its address (verify left them out without a word and said
+    healthy of 0 shards); an `s3://` address is a problem of its own, a profile not opened here a warning."""
+    from tests.inspect.test_verify import polylithic
+
+    local = polylithic(tmp_path / "poly", "tar")
+    s3.make_bucket("meta-local")
+    s3.upload_folder(local, "meta-local", "poly")
+    s3.client().delete_object(Bucket="meta-local", Key="poly/primary/shard-000000.tar.idx")
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "named", "meta-local")))
+    metadataset = tmp_path / "m.yaml"
+    metadataset.write_text(
+        METADATASET_NAMING
+        + "msc://named/poly/primary\n    aux:\n      media: msc://named/poly/media\n"
+        + "  val:\n    path: s3://meta-local/poly/primary\n    split_part: train\n"
+        + "  test:\n    path: msc://unknown/ds\n"
+    )
+    result = run_shardprep("verify", str(metadataset), "--json")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["root"] == str(metadataset) and report["shards"] == 2 * 2 + 2  # media by msc:// only
+    assert [(problem["where"], problem["what"]) for problem in report["problems"]] == [
+        (
+            "m.yaml",
+            "split 'val' reads the dataset 's3://meta-local/poly/primary', an s3:// address, which energon's"
+            " loader does not read: it reads object storage through msc:// addresses only, and takes this one"
+            " for a local path.",
+        ),
+        *(
+            (
+                f"{address}/shard-000000.tar",
+                "has no offset file shard-000000.tar.idx; energon's loader needs it.",
+            )
+            for address in ("msc://named/poly/primary", "s3://meta-local/poly/primary")
+        ),
+    ]
+    assert [(warning["where"], warning["what"]) for warning in report["warnings"]] == [
+        (
+            "m.yaml",
+            "split 'test' reads the dataset 'msc://unknown/ds', which was not checked: msc://unknown/: the MSC"
+            f" config ({tmp_path / 'msc.yaml'}) has no profile 'unknown'.",
+        )
+    ]
