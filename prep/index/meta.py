@@ -5,7 +5,8 @@ here too (its text is written by `prep.index.dataset_yaml`).
 `.info.json` lists every shard with its sample count; its key order is the shard order, which is each
 shard's `tar_file_id` in sqlite. `split.yaml` lists each split's shards as brace patterns
 (`a/{000..009}.tar`), collapsed in order when written and expanded with the `braceexpand` package when
-read, as energon does. Readers raise PrepError naming the file and what to do.
+read, as energon does. A split file is parsed as energon parses it, by the ending of its name
+(`SPLIT_FILE_PARSERS`). Readers raise PrepError naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
     Entries of `exclude` that contain a `/` below a shard name exclude single samples; energon keeps them
     in the exclude list, and so does this function.
     """
-    raw = _parse_yaml(path)
+    raw = _parse_split_file(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
         raise PrepError(f"{path} has no `split_parts` mapping, so no split can be read. {RERUN_PREPARE}")
     excludes = expand([str(pattern) for pattern in raw.get("exclude") or []])
@@ -232,6 +233,39 @@ def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
         names = expand([str(pattern) for pattern in patterns or []])
         splits[str(split)] = [name for name in names if name not in excluded]
     return splits, excludes
+
+
+def _parse_json_split_file(path: Path) -> object:
+    """A `.json` split file parsed as energon parses it, with `json.load`: no YAML syntax, and tabs may
+    indent it. PrepError naming the file and the line and column of a syntax error."""
+    try:
+        return _parse(path, json.loads, ())
+    except json.JSONDecodeError as error:
+        raise PrepError(
+            f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}. energon"
+            " reads a split file whose name ends in .json with json.load, so its loader fails on it."
+        ) from None
+
+
+#: How energon parses a split file, by the ending of its name: (the format, its parser here). It refuses
+#: a split file with another ending ('Invalid file extension').
+SPLIT_FILE_PARSERS: dict[str, tuple[str, Callable[[Path], object]]] = {
+    ".yaml": ("YAML", _parse_yaml),
+    ".json": ("JSON", _parse_json_split_file),
+}
+
+
+def _parse_split_file(path: Path) -> object:
+    """The split file at `path` parsed as energon parses it, by the ending of its name
+    (`SPLIT_FILE_PARSERS`); PrepError naming the file if it cannot be read or parsed."""
+    for ending, (_, parse) in SPLIT_FILE_PARSERS.items():
+        if path.name.endswith(ending):
+            return parse(path)
+    endings = " or ".join(f"{ending} (as {kind})" for ending, (kind, _) in SPLIT_FILE_PARSERS.items())
+    raise PrepError(
+        f"{path} is not a split file energon reads: it reads one whose name ends in {endings}, and refuses"
+        " any other ('Invalid file extension')."
+    )
 
 
 def read_dataset_yaml(path: Path) -> dict:

@@ -43,7 +43,7 @@ from prep.index.format import (
 )
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
-from prep.index.meta import read_splits, unreadable_reason
+from prep.index.meta import SPLIT_FILE_PARSERS, read_splits, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
 from prep.index.sqlite import NullRowsError
 from prep.index.yaml_reader import UnresolvedAliasError
@@ -1226,7 +1226,7 @@ def _split_files(meta: Path) -> list[str]:
     """The files of `meta` that read as split files (a mapping with `split_parts`), by name."""
     found = []
     for path in sorted(meta.iterdir()):
-        if path.suffix in (".yaml", ".json") and path.is_file():
+        if path.name.endswith(tuple(SPLIT_FILE_PARSERS)) and path.is_file():
             try:
                 read_splits(path)
             except PrepError:

@@ -1321,3 +1321,69 @@ def test_aux_on_an_element_of_a_join_is_said_to_be_ignored_not_checked(tmp_path)
         "remove `aux` from the element of the `join` in join.yaml; only a dataset reference outside a"
         " `join` gives its samples auxiliary datasets"
     )
+
+
+def _with_split_config(folder: Path, split_config: str) -> Path:
+    """The polylithic `folder`'s metadataset.yaml, its reference to `primary` reading `split_config`."""
+    metadataset = folder / "metadataset.yaml"
+    metadataset.write_text(
+        metadataset.read_text().replace(
+            "    path: primary\n", f"    path: primary\n    split_config: {split_config}\n"
+        )
+    )
+    return metadataset
+
+
+def test_a_json_split_file_is_read_as_json_as_energon_reads_it(tmp_path):
+    """energon reads a split file whose name ends in .json with json.load: a tab-indented one loads (PyYAML
+    refused it: tabs cannot indent YAML), and YAML or a trailing comma in one fails its loader (PyYAML
+    read both: verify said healthy). A syntax error is named with the file, line and column."""
+    from json import JSONDecodeError
+
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    meta = folder / "primary" / ".nv-meta"
+    splits = yaml.safe_load((meta / "split.yaml").read_text())
+    metadataset = _with_split_config(folder, "split.json")
+    (meta / "split.json").write_text(json.dumps(splits, indent="\t"))
+    assert _energon_loads(metadataset, "train") == 6
+    report = verify_metadataset(metadataset)
+    assert report.healthy, report.problems
+    for text, line, column in [
+        (yaml.safe_dump(splits), 1, 1),
+        (
+            '{\n  "split_parts": {\n    "train": ["shard-{000000..000001}.tar",],\n    "val": []\n  }\n}\n',
+            3,
+            44,
+        ),
+    ]:
+        (meta / "split.json").write_text(text)
+        with pytest.raises(JSONDecodeError) as raised:
+            _energon_loads(metadataset, "train")
+        assert (raised.value.lineno, raised.value.colno) == (line, column)
+        [problem] = verify_metadataset(metadataset).problems
+        assert (problem.where, problem.what) == (
+            "metadataset.yaml",
+            f"{meta / 'split.json'} is not valid JSON: {raised.value.msg} at line {line}, column {column}."
+            " energon reads a split file whose name ends in .json with json.load, so its loader fails on it.",
+        )
+
+
+def test_a_split_file_named_neither_yaml_nor_json_is_one_energon_refuses(tmp_path):
+    """energon reads a split file as YAML or JSON by the ending of its name, and refuses any other
+    ('Invalid file extension'); PyYAML read a split.yml, and verify said healthy."""
+    from prep.inspect.verify import verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    meta = folder / "primary" / ".nv-meta"
+    (meta / "split.yaml").rename(meta / "split.yml")
+    metadataset = _with_split_config(folder, "split.yml")
+    with pytest.raises(ValueError, match="Invalid file extension: split.yml"):
+        _energon_loads(metadataset, "train")
+    [problem] = verify_metadataset(metadataset).problems
+    assert (problem.where, problem.what) == (
+        "metadataset.yaml",
+        f"{meta / 'split.yml'} is not a split file energon reads: it reads one whose name ends in .yaml (as"
+        " YAML) or .json (as JSON), and refuses any other ('Invalid file extension').",
+    )
