@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.support import ceph
+from tests.support import ceph, energon_cli
 from tests.support.leftovers import mounts_under, processes_mentioning, unmount_quietly
 from tests.support.sigterm import sigterm_unwinds  # noqa: F401 - a session fixture of every run
 
@@ -43,6 +43,14 @@ def nothing_left_behind(tmp_path_factory):
         f"process {pid}: {cmd}" for pid, cmd in processes.items()
     ]
     assert not left, "the tests left these behind (now cleaned up):\n" + "\n".join(left)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def energon_server(nothing_left_behind):
+    """The process `energon` commands are forked from (`tests.support.energon_cli`), ended before the
+    check that nothing is left behind."""
+    yield energon_cli.SERVER
+    energon_cli.SERVER.stop()
 
 
 #: The tests that need Ceph's gateway (`early_ceph`).

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.prepare import ENERGON, REPO, run_shardprep
+from tests.support.prepare import REPO, run_energon, run_shardprep
 from tests.support.shards import write_webdataset
 
 CAPTION_FROM_JSON = '{"image": "jpg", "caption": "json[caption]"}'
@@ -96,9 +96,7 @@ def sample_loader_dataset(tmp_path_factory) -> Path:
 
 def energon_lint_failures(dataset: Path) -> set[str]:
     """The keys of the samples `energon lint` logs as failing."""
-    result = subprocess.run(
-        [ENERGON, "lint", str(dataset)], capture_output=True, text=True, timeout=120, cwd=dataset
-    )
+    result = run_energon("lint", str(dataset), timeout=120, cwd=dataset, check=False)
     log = result.stdout + result.stderr
     assert "Checking the index files" in log, log
     return set(re.findall(r"^\s*- __key__: (\S+)$", log, flags=re.MULTILINE))

@@ -18,9 +18,9 @@ from prep.prepare.fix_duplicates import FIX_FOLDER, JOURNAL_SUFFIX, PLAN, shard_
 from prep.tar.header import header_path
 from prep.tar.patch import prefixed_block, prefixed_blocks, renameable_headers, with_checksums
 from tests.support.prepare import (
-    ENERGON,
     REPO,
     assert_same_index,
+    run_energon,
     run_shardprep,
     snapshot,
     tar_indexes,
@@ -35,9 +35,7 @@ NEAR_LIMIT = "d" * 88 + "/"
 
 def energon_prepare(path: Path, *flags: str) -> subprocess.CompletedProcess:
     """`energon prepare PATH FLAGS`, however it ends (it fails on some of these datasets)."""
-    return subprocess.run(
-        [ENERGON, "prepare", str(path), *flags], input="", capture_output=True, text=True, timeout=300
-    )
+    return run_energon("prepare", str(path), *flags, check=False)
 
 
 def shard_bytes(root: Path) -> dict[str, bytes]:

@@ -15,8 +15,9 @@ from pathlib import Path
 import braceexpand
 import yaml
 
+from tests.support import energon_cli
+
 REPO = Path(__file__).resolve().parents[2]
-ENERGON = shutil.which("energon", path=os.path.dirname(sys.executable)) or "energon"
 
 
 def run_shardprep(
@@ -50,17 +51,18 @@ def run_shardprep(
 
 
 def run_energon(
-    command: str, *args: str, input: str | None = None, timeout: float = 300
+    command: str,
+    *args: str,
+    input: str | None = None,
+    timeout: float = 300,
+    cwd: Path | None = None,
+    check: bool = True,
 ) -> subprocess.CompletedProcess:
-    """`energon COMMAND ARGS`, which must succeed (stdin closed unless `input`)."""
-    result = subprocess.run(
-        [ENERGON, command, *args],
-        input=input if input is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert result.returncode == 0, f"energon {command} failed:\n{result.stdout}\n{result.stderr}"
+    """`energon COMMAND ARGS` (stdin closed unless `input`), which must succeed unless not `check`: a real
+    run of energon's command line in a process of its own (`tests.support.energon_cli`)."""
+    result = energon_cli.SERVER.run([command, *args], input=input, cwd=cwd, env=None, timeout=timeout)
+    if check:
+        assert result.returncode == 0, f"energon {command} failed:\n{result.stdout}\n{result.stderr}"
     return result
 
 
