@@ -22,8 +22,10 @@ Ray is an optional extra and slow to import: only this module imports it, and on
 this module. Ray is started, or its cluster reached, by the first map given tasks, not before: a
 `--resume` run whose every task an earlier run did has nothing to send and starts none. Without
 `address` a local Ray instance is started with `workers` CPUs and shut down when the `with` block ends;
-with one, the driver connects to that cluster and leaves it running. A Ray already initialised in this
-process (a Ray program calling the Python API) is used as it is and left running.
+with one, the driver connects to that cluster and leaves it running, and a cluster that asks for a token
+this run does not send, or not its own, is named first (`check_token`), with where the token goes. A Ray
+already initialised in this process (a Ray program calling the Python API) is used as it is and left
+running.
 No process of a local instance outlives the run, whatever ends it: Ray stops its own when the driver
 dies, except its agents, so a small forked watcher (`_Watcher`) holds the list of the instance's
 processes and kills what is left of them once the driver is gone, SIGKILL included. Workers on other
@@ -74,6 +76,10 @@ STOP_GRACE = 5.0
 CONNECT_TIMEOUT = 5.0
 #: The CPUs each Ray task asks of the node that runs it (Ray's own default for a task, said here once).
 TASK_CPUS = 1
+#: The environment variable that has a driver send its token to a cluster that asks for one ("token"), as
+#: Ray does by itself only for a cluster it finds (`auto`), never for an address given: that would hand
+#: the token to whatever answers there.
+AUTH_MODE = "RAY_AUTH_MODE"
 
 
 def _missing() -> PrepError:
@@ -201,6 +207,48 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         ) from None
 
 
+def check_token(address: str) -> None:
+    """A PrepError saying what to do if the Ray cluster at `address` (HOST:PORT) asks for a token that this
+    process will not send, or sends wrong: ray.init would try for 20 s, warning each second, and then say
+    only that it could not connect. One request, through Ray's own client (not a public API of Ray: if it
+    has changed, ray.init is left to find out); any other failure is ray.init's to report, too.
+
+    >>> check_token("auto")
+    """
+    if address in ("auto", "local") or address.startswith("ray://"):  # Ray finds the cluster, or a client
+        return
+    from ray.exceptions import AuthenticationError
+
+    sends = os.environ.get(AUTH_MODE, "").lower() == "token"
+    try:
+        from ray._raylet import AuthenticationTokenLoader, GcsClient
+
+        if sends and not AuthenticationTokenLoader.instance().has_token():
+            return  # ray.init says so at once, where Ray's client would abort the process
+    except Exception:  # noqa: BLE001 - Ray's internals have changed: ray.init reports what is wrong
+        return
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        why = "the token this run sends is not its" if sends else _NOT_SENT
+        raise _token_refused(address, why) from None
+    except Exception:  # noqa: BLE001 - not about the token: ray.init tries again, and reports it
+        return
+
+
+#: Why a driver that is not in token mode sends no token.
+_NOT_SENT = f"this run sends none: Ray sends one to an address given only with {AUTH_MODE}=token"
+
+
+def _token_refused(address: str, why: str) -> PrepError:
+    """The run's error for a cluster that asks for a token and does not get its own, `why`."""
+    return PrepError(
+        f"The Ray cluster at {address} asks for a token, and {why}. Run with {AUTH_MODE}=token and the"
+        " cluster's token (`ray get-auth-token` on its head node prints it) in the environment variable"
+        " RAY_AUTH_TOKEN, in a file named by RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token."
+    )
+
+
 def unrunnable(node_cpus: list[float], needed: float = TASK_CPUS) -> str | None:
     """Why no node can run a task that asks for `needed` CPUs, given the CPUs each live node of the
     cluster offers to tasks; None if one can.
@@ -306,6 +354,7 @@ class RayEngine:
         if not ray.is_initialized():
             if self.address is not None:
                 check_reachable(self.address)
+                check_token(self.address)
             # ray.init makes SIGTERM exit at once, with a stack dump; keep the command's own handling
             # (SIGTERM unwinds like Ctrl-C, so what was staged is removed and the run says so).
             on_sigterm = signal.getsignal(signal.SIGTERM)
@@ -318,6 +367,8 @@ class RayEngine:
                     logging_level=logging.WARNING,
                     log_to_driver=False,
                 )
+            except ray.exceptions.AuthenticationError:  # connecting only: a local instance makes its token
+                raise _token_refused(str(self.address), f"{AUTH_MODE}=token, but none was found") from None
             except (ConnectionError, RuntimeError, ValueError) as error:
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise PrepError(f"Could not start or reach {where}: {error}") from None

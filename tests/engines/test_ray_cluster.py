@@ -6,9 +6,11 @@ naming the extra."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from prep.engines.ray_cluster import (
 )
 from prep.errors import PrepError
 from tests.support.prepare import run_shardprep
-from tests.support.ray import local_ray
+from tests.support.ray import local_ray, ray_head
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +35,16 @@ REPO = Path(__file__).resolve().parents[2]
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """A local Ray instance with 2 CPUs, shut down after the module's tests (yields the `ray` module)."""
     yield from local_ray(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The head of a Ray cluster that asks for a token (token authentication) and offers no CPU to tasks,
+    as a head whose workers join later does; stopped after the module's tests. Yields its address."""
+    folder = tmp_path_factory.mktemp("head")
+    token = folder / "token"
+    token.write_text(secrets.token_hex(32))
+    yield from ray_head(folder, cpus=0, token=token)
 
 
 def square(number: int) -> int:
@@ -213,6 +225,38 @@ def test_an_unreachable_cluster_address_is_named_at_once(tmp_path: Path) -> None
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "Could not reach the Ray cluster at 127.0.0.1:1 (Connection refused)" in result.stderr
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(
+    ("auth", "said"),
+    [
+        ({}, "this run sends none: Ray sends one to an address given only with RAY_AUTH_MODE=token"),
+        ({"RAY_AUTH_MODE": "token"}, "RAY_AUTH_MODE=token, but none was found"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}, "the token this run sends is not its"),
+    ],
+    ids=["token-mode-off", "no-token", "wrong-token"],
+)
+def test_a_cluster_that_refuses_the_runs_token_is_named_at_once_with_what_to_do(
+    token_head: str, auth: dict[str, str], said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ray start` turns token authentication on when it finds a token in ~/.ray, but a driver sends a
+    token to an address given only with RAY_AUTH_MODE=token. ray.init tried for 20 s, warning each second
+    (InvalidAuthToken), and then said only that it failed to connect; without a token, a traceback."""
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**auth, "HOME": str(tmp_path)}.items():  # no ~/.ray/auth_token
+        monkeypatch.setenv(name, value)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.tar").write_bytes(bytes(1024))
+    started = time.monotonic()
+    result = run_shardprep(
+        "prepare", str(tmp_path / "data"), "--non-interactive", "--split-ratio", "1,0,0", "--crude",
+        "--engine", "ray", "--ray-address", token_head,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"The Ray cluster at {token_head} asks for a token, and {said}." in result.stderr
+    assert "Run with RAY_AUTH_MODE=token and the cluster's token" in result.stderr
+    assert result.stderr.count("InvalidAuthToken") <= 1 and time.monotonic() - started < 10
 
 
 def refuse(number: int) -> int:

@@ -38,41 +38,60 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         ray.shutdown()
 
 
-def ray_head(folder: Path, cpus: int) -> Iterator[str]:
+def ray_head(folder: Path, cpus: int, token: Path | None = None) -> Iterator[str]:
     """Start the head node of a new Ray cluster offering `cpus` CPUs to tasks, through Ray's own CLI (as a
     user does, `ray start --head`), its files under `folder`; yield its address; stop it afterwards by
     killing each process of it (not with `ray stop`, which ends every Ray of this machine's user).
 
-    Token authentication is off for it: with a token in ~/.ray, `ray start` turns it on and a driver given
-    an address does not (Ray 2.60), which could then not connect."""
-    ray = shutil.which("ray", path=str(Path(sys.executable).parent))
-    if ray is None:
-        pytest.skip("Ray is not installed (pip install shardprep[ray])")
+    Token authentication is on with `token` (a file holding the cluster's token) and off without: with a
+    token in ~/.ray, `ray start` would turn it on by itself."""
     port = free_port()
-    command = [ray, "start", "--head", f"--num-cpus={cpus}", f"--port={port}", "--include-dashboard=false"]
-    command += ["--disable-usage-stats", f"--temp-dir={folder}"]
-    # In a session of its own, which every process of the head inherits: Ray's agents rename themselves,
-    # so not all of them name `folder` on their command line.
-    starting = subprocess.Popen(
-        command,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    options = [f"--port={port}", "--include-dashboard=false", f"--temp-dir={folder}"]
+    head = RayNode(["--head", f"--num-cpus={cpus}", *options], token)
     try:
-        _, errors = starting.communicate(timeout=120)
-        if starting.returncode != 0:
-            pytest.skip(f"a Ray head cannot start here: {errors.strip()[-500:]}")
         yield f"127.0.0.1:{port}"
     finally:
-        # Killed outright: on SIGTERM Ray's processes take many seconds to end, and the head holds nothing.
-        head = set(processes_where(SESSION, starting.pid)) | set(processes_mentioning(folder))
-        for pid in head:
+        head.kill(also=processes_mentioning(folder))
+
+
+class RayNode:
+    """A node of a test's Ray cluster, started through `ray start ARGS` (`token`: as for `ray_head`) in a
+    session of its own, which every process of the node inherits (Ray's agents rename themselves, so not
+    all of them can be told by their command line). Skips the test when Ray cannot start here."""
+
+    def __init__(self, args: list[str], token: Path | None = None) -> None:
+        ray = shutil.which("ray", path=str(Path(sys.executable).parent))
+        if ray is None:
+            pytest.skip("Ray is not installed (pip install shardprep[ray])")
+        env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH_")}
+        env["RAY_AUTH_MODE"] = "disabled" if token is None else "token"
+        if token is not None:
+            env["RAY_AUTH_TOKEN_PATH"] = str(token)
+        self._starting = subprocess.Popen(
+            [ray, "start", *args, "--disable-usage-stats"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            _, errors = self._starting.communicate(timeout=120)
+        except BaseException:
+            self.kill()
+            raise
+        if self._starting.returncode != 0:
+            self.kill()
+            pytest.skip(f"a Ray node cannot start here: {errors.strip()[-500:]}")
+
+    def kill(self, also: dict[int, str] | None = None) -> None:
+        """Kill every process of the node (and the processes `also`), and wait until they are gone.
+        Outright: on SIGTERM Ray's processes take many seconds to end, and a test's node holds nothing."""
+        node = set(processes_where(SESSION, self._starting.pid)) | set(also or {})
+        for pid in node:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for pid in head:
+        for pid in node:
             end_process(pid, wait=10)  # gone, not only told to go
