@@ -34,7 +34,9 @@ machines need shardprep installed and the dataset at the same path.
 Each task asks for `TASK_CPUS` CPUs. Ray keeps a task that no node can give them waiting, without a word,
 until a node that can joins (a cluster whose only node was started with `ray start --head --num-cpus 0`:
 an autoscaler starts such a node, and without one the tasks wait for ever), so before its first task a
-run checks that some live node offers them (`unrunnable`) and says at once if none does.
+run checks that some live node offers them (`unrunnable`) and says at once if none does; and when every
+node that did leaves mid-run, it says so once the wait for a result has lasted `cpu_wait` seconds
+(`CpuWatch`), checking the cluster at a quarter of that interval only while it waits.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ TASK_CPUS = 1
 #: Ray does by itself only for a cluster it finds (`auto`), never for an address given: that would hand
 #: the token to whatever answers there.
 AUTH_MODE = "RAY_AUTH_MODE"
+#: Seconds a run waits for a result, no live node able to run a task, before it says so (mid-run: every
+#: node with CPUs has left).
+CPU_WAIT = 20.0
 
 
 def _missing() -> PrepError:
@@ -266,6 +271,40 @@ def unrunnable(node_cpus: list[float], needed: float = TASK_CPUS) -> str | None:
     return f"{nodes} {sum(node_cpus):g} CPU in all, at most {max(node_cpus):g} on one"
 
 
+class CpuWatch:
+    """When to say that no live node can run a task: once for each stretch without one, when it has lasted
+    `after` seconds. A stretch ends when a node can run one again, or a task has run.
+
+    >>> watch, no_node = CpuWatch(), "it has no live node"
+    >>> [watch.due(no_node, now, after=10) for now in (0, 5, 10, 15, 30)]
+    [False, False, True, False, False]
+    >>> watch.due(None, 31, after=10), watch.due(no_node, 32, after=10), watch.due(no_node, 42, after=10)
+    (False, False, True)
+    >>> watch.ended(); watch.due(no_node, 43, after=0)
+    True
+    """
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._said = False
+
+    def due(self, why: str | None, now: float, after: float) -> bool:
+        """Whether to say `why` (what `unrunnable` gives: None if a node can run a task) at `now` seconds."""
+        if why is None:
+            self.ended()
+            return False
+        if self._since is None:
+            self._since = now
+        if self._said or now - self._since < after:
+            return False
+        self._said = True
+        return True
+
+    def ended(self) -> None:
+        """The stretch without a node that can run a task is over."""
+        self._since, self._said = None, False
+
+
 def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[Any], Exception | str | None]:
     """A Ray task: `function(*task)` for each task of the chunk, in order. A task that raises after others
     ran ends the chunk there: its exception comes back beside their results, for the driver to raise
@@ -331,11 +370,13 @@ class RayEngine:
         workers: int | None = None,
         *,
         retry_delay: float = RETRY_DELAY,
+        cpu_wait: float = CPU_WAIT,
         notify: Callable[[str], None] | None = None,
     ) -> None:
         self.address = address
         self.workers = workers
         self.retry_delay = retry_delay
+        self.cpu_wait = cpu_wait
         #: Told of each retry as it happens (one line of text); stderr unless given.
         self.notify = notify or _to_stderr
         self.ray = import_ray()
@@ -343,6 +384,7 @@ class RayEngine:
         self._watcher: _Watcher | None = None
         self._remote: Any = None
         self._maps: list[Generator[Any, None, None]] = []
+        self._cpus = CpuWatch()
 
     def __enter__(self) -> RayEngine:
         self._entered = True
@@ -379,15 +421,20 @@ class RayEngine:
             _keep_handler(signal.SIGTERM, on_sigterm)
             if self.address is None and sys.platform.startswith("linux"):
                 self._watcher = _Watcher(_descendants(os.getpid()))
-        self._check_runnable()
+        self._check_runnable(after=0)
         # retried here, not by Ray
         self._remote = ray.remote(num_cpus=TASK_CPUS, max_retries=0, retry_exceptions=False)(_run_chunk)
 
-    def _check_runnable(self) -> None:
-        """Say at once (`notify`) when no live node can run a task: Ray keeps the tasks waiting, without a
-        word, until one joins, which an autoscaling cluster makes happen and any other never does."""
-        why = unrunnable([node["Resources"].get("CPU", 0.0) for node in self.ray.nodes() if node["Alive"]])
-        if why is None:
+    def _check_runnable(self, after: float) -> None:
+        """Say (`notify`) when no live node has been able to run a task for `after` seconds, once for each
+        such stretch (`CpuWatch`): Ray keeps the tasks waiting, without a word, until one joins, which an
+        autoscaling cluster makes happen and any other never does."""
+        try:
+            nodes = self.ray.nodes()
+        except Exception:  # noqa: BLE001 - only a note: a cluster that cannot answer is for ray.get to report
+            return
+        why = unrunnable([node["Resources"].get("CPU", 0.0) for node in nodes if node["Alive"]])
+        if not self._cpus.due(why, time.monotonic(), after):
             return
         where = f"the Ray cluster at {self.address}" if self.address is not None else "this process's Ray"
         self.notify(
@@ -472,6 +519,8 @@ class RayEngine:
             while pending:
                 start, stop, ref = pending[0]
                 try:
+                    while not ray.wait([ref], timeout=self.cpu_wait / 4)[0]:
+                        self._check_runnable(after=self.cpu_wait)
                     results, failure = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:  # the function raised: as itself if ordinary
                     if isinstance(error.cause, Exception) and _not_loaded(error) is None:
@@ -492,6 +541,7 @@ class RayEngine:
                     time.sleep(delay)
                     pending[0] = submit(start, stop)
                     continue
+                self._cpus.ended()  # a task ran
                 if failure == _RERUN:  # raised after these, and cannot be returned: the rest again
                     pending[0] = submit(start + len(results), stop)
                 else:

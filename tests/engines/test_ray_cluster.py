@@ -1,14 +1,18 @@
 """The Ray engine on a real local Ray instance of 2 CPUs, started and stopped by this module: results in
 task order, a worker that dies retried after a pause and announced, a task that keeps dying named in
 one clear error, a failure a retry would not mend named at once, and Ray's absence a one-line error
-naming the extra."""
+naming the extra. On a cluster's head of its own (token authentication, no CPU, started through `ray
+start`): a token refused named at once, and tasks left without a CPU mid-run said once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +30,7 @@ from prep.engines.ray_cluster import (
 )
 from prep.errors import PrepError
 from tests.support.prepare import run_shardprep
-from tests.support.ray import local_ray, ray_head
+from tests.support.ray import RayNode, local_ray, ray_head
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,13 +42,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The head of a Ray cluster that asks for a token (token authentication) and offers no CPU to tasks,
-    as a head whose workers join later does; stopped after the module's tests. Yields its address."""
+    as a head whose workers join later does; stopped after the module's tests. Yields its address and the
+    file that holds its token."""
     folder = tmp_path_factory.mktemp("head")
     token = folder / "token"
     token.write_text(secrets.token_hex(32))
-    yield from ray_head(folder, cpus=0, token=token)
+    for address in ray_head(folder, cpus=0, token=token):
+        yield address, token
 
 
 def square(number: int) -> int:
@@ -237,11 +243,16 @@ def test_an_unreachable_cluster_address_is_named_at_once(tmp_path: Path) -> None
     ids=["token-mode-off", "no-token", "wrong-token"],
 )
 def test_a_cluster_that_refuses_the_runs_token_is_named_at_once_with_what_to_do(
-    token_head: str, auth: dict[str, str], said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    token_head: tuple[str, Path],
+    auth: dict[str, str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`ray start` turns token authentication on when it finds a token in ~/.ray, but a driver sends a
     token to an address given only with RAY_AUTH_MODE=token. ray.init tried for 20 s, warning each second
     (InvalidAuthToken), and then said only that it failed to connect; without a token, a traceback."""
+    address, _ = token_head
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
     for name, value in {**auth, "HOME": str(tmp_path)}.items():  # no ~/.ray/auth_token
@@ -251,12 +262,63 @@ def test_a_cluster_that_refuses_the_runs_token_is_named_at_once_with_what_to_do(
     started = time.monotonic()
     result = run_shardprep(
         "prepare", str(tmp_path / "data"), "--non-interactive", "--split-ratio", "1,0,0", "--crude",
-        "--engine", "ray", "--ray-address", token_head,
+        "--engine", "ray", "--ray-address", address,
     )  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert f"The Ray cluster at {token_head} asks for a token, and {said}." in result.stderr
+    assert f"The Ray cluster at {address} asks for a token, and {said}." in result.stderr
     assert "Run with RAY_AUTH_MODE=token and the cluster's token" in result.stderr
     assert result.stderr.count("InvalidAuthToken") <= 1 and time.monotonic() - started < 10
+
+
+LEFT_DRIVER = """
+import sys, time
+from prep.engines.ray_cluster import RayEngine
+
+with RayEngine(sys.argv[1], retry_delay=0.1, cpu_wait=0.4, notify=lambda line: print(line, flush=True)) as engine:
+    for _ in engine.ordered_map(time.sleep, [(0,), (60,)], what="sleeping"):
+        print("ran", flush=True)
+"""
+
+
+def test_tasks_left_without_a_cpu_mid_run_are_said_once_and_wait(
+    token_head: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The only node with CPUs leaves mid-run (as one an autoscaler scales down does): Ray keeps the task
+    it was running, run again, waiting without a word until a node with CPUs joins. The run says so once,
+    when that has lasted `cpu_wait` seconds, and keeps waiting."""
+    address, token = token_head
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "HOME": str(tmp_path)}
+    env = {**os.environ, **auth, "PYTHONPATH": str(REPO)}
+    env.pop("RAY_AUTH_TOKEN", None)
+    command = [sys.executable, "-c", LEFT_DRIVER, address]
+    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True) as driver:
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(line) for line in driver.stdout], daemon=True)
+        reader.start()
+        try:
+            worker = RayNode([f"--address={address}", "--num-cpus=1"], token)  # the driver waits for it
+            try:
+                said = ""
+                while "ran" not in said:
+                    said = lines.get(timeout=60)
+                worker.leave()
+                said = ""
+                with contextlib.suppress(queue.Empty):
+                    while "no node of" not in said:
+                        said += lines.get(timeout=10)
+                    while True:  # 5 checks of the cluster after the note, no other note
+                        said += lines.get(timeout=0.5)
+                waiting = driver.poll() is None
+            finally:
+                worker.kill()
+        finally:
+            driver.kill()  # Ctrl-C ends the wait too, after STOP_GRACE (tests/prepare/test_engine_ray.py)
+            driver.wait()
+            reader.join(timeout=10)
+    assert "sleeping: a Ray" in said and "retry 1 of" in said, said
+    assert said.count("no node of") == 1 and waiting, said
+    assert f"no node of the Ray cluster at {address} can run a task of this run now" in said
+    assert "each asks for 1 CPU, and its one node offers no CPU to tasks" in said
 
 
 def refuse(number: int) -> int:

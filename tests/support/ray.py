@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -83,6 +84,16 @@ class RayNode:
         if self._starting.returncode != 0:
             self.kill()
             pytest.skip(f"a Ray node cannot start here: {errors.strip()[-500:]}")
+
+    def leave(self) -> None:
+        """Leave the cluster as a node an autoscaler scales down does: its raylet is told to stop
+        (SIGTERM) and tells the head at once; a raylet killed outright is noticed only by the head's
+        health checks, some 15 s later. The node's other processes stay until `kill`."""
+        for pid in processes_where(SESSION, self._starting.pid):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet":
+                    os.kill(pid, signal.SIGTERM)
+                    end_process(pid, wait=10)
 
     def kill(self, also: dict[int, str] | None = None) -> None:
         """Kill every process of the node (and the processes `also`), and wait until they are gone.
