@@ -16,6 +16,11 @@ undone in reverse and `CommitError` says which path failed. Leaving the `with` b
 error, Ctrl-C, SIGTERM turned into KeyboardInterrupt), also midway through one, undoes what the commit
 moved, removes every staged file and every folder the run created, and leaves what was there before
 exactly as it was.
+
+`commit_together` commits several stagings as one (a write's datasets and the files beside them): if
+one fails or is cut short, the renames of all are undone, last first, and old versions are removed only
+once every one is done. `retire` names an old file or folder that nothing new replaces (what a write
+with --overwrite clears): the commit moves it aside first, and so puts it back on a failure too.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import re
 import shutil
 import stat
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from prep.errors import PrepError
@@ -77,18 +83,22 @@ class CommitError(PrepError):
 
     >>> print(CommitError(Path("d"), Path("d/a.tar.idx"), "Is a directory", []))
     Could not put d/a.tar.idx in place: Is a directory. Every file moved before it was put back: d is as it was before the run.
+    >>> print(CommitError(Path("d"), Path("d/old"), "Operation not permitted", [], retiring=True))
+    Could not move d/old aside: Operation not permitted. Every file moved before it was put back: d is as it was before the run.
     >>> print(CommitError(Path("d"), Path("d/b"), "Is a directory", ["d/a holds this run's new version (...)"]))
     Could not put d/b in place: Is a directory. Undoing the files moved before it failed too, so d is half-replaced:
       - d/a holds this run's new version (...)
     Old versions are kept under names ending in .old: move them back by hand before running again, which removes them.
     """
 
-    def __init__(self, root: Path, path: Path, reason: str, stuck: list[str]) -> None:
+    def __init__(self, root: Path, path: Path, reason: str, stuck: list[str], retiring: bool = False) -> None:
         self.root = root
         self.path = path
         self.reason = reason
         self.stuck = stuck
-        text = f"Could not put {path} in place: {reason}."
+        self.retiring = retiring
+        step = f"move {path} aside" if retiring else f"put {path} in place"
+        text = f"Could not {step}: {reason}."
         if stuck:
             text += f" Undoing the files moved before it failed too, so {root} is half-replaced:"
             text += "".join(f"\n  - {line}" for line in stuck)
@@ -101,7 +111,7 @@ class CommitError(PrepError):
         super().__init__(text)
 
     def __reduce__(self) -> tuple:
-        return (self.__class__, (self.root, self.path, self.reason, self.stuck))
+        return (self.__class__, (self.root, self.path, self.reason, self.stuck, self.retiring))
 
 
 def _rename_exchange(a: Path, b: Path) -> bool:
@@ -132,6 +142,9 @@ class Staging:
         self._moves: list[tuple[Path, Path]] = []
         #: The renames (source, destination, what it did) a commit has done, undone in reverse if it fails.
         self._renamed: list[tuple[Path, Path, str]] = []
+        #: Old paths the commit moves aside first (`retire`), and whether undoing a rename ever failed.
+        self._retiring: list[Path] = []
+        self._undo_failed = False
         self._created: list[Path] = []
         self._committed = False
         self._make_folder(root)
@@ -205,20 +218,36 @@ class Staging:
     def committed(self) -> bool:
         return self._committed
 
+    def retire(self, path: Path) -> None:
+        """Have the commit move `path` (an old file or folder that nothing new replaces) aside before it puts
+        anything in place: put back if the commit fails, removed once it is done."""
+        self._retiring.append(path)
+
     def commit(self) -> None:
         """Move every staged file into place in the order they were named; the `.nv-meta` swap is last.
         All or nothing: a CommitError, naming the path that failed, once every rename done is undone."""
-        final = self.root
+        commit_together([self])
+
+    def _place(self) -> None:
+        """The commit's renames: retired paths aside, staged files in place, the `.nv-meta` swap. A
+        CommitError naming the path that failed; the renames done stay journalled, for `_undo`."""
+        final, retiring = self.root, True
         try:
+            for final in self._retiring:
+                self._rename(final, self._staged_name(final, "old"), _ASIDE)
+            retiring = False
             for staged, final in self._moves:
                 self._put_in_place(staged, final)
             final = self.meta
             self._swap_meta()
         except OSError as error:
-            stuck = self._undo()
-            raise CommitError(self.root, final, error.strerror or str(error), stuck) from None
+            raise CommitError(self.root, final, error.strerror or str(error), [], retiring) from None
+
+    def _finish(self) -> None:
+        """The commit is done: forget the journal and remove the old versions it moved aside."""
         self._committed = True
         self._moves.clear()
+        self._retiring.clear()
         for source, destination, done in self._renamed:
             try:  # the dataset is complete: an old version left here goes with the next run's leftovers
                 if done == _ASIDE:
@@ -260,18 +289,19 @@ class Staging:
             self._rename(self.meta, self._staged_name(self.meta, "old"), _ASIDE)
             self._rename(self.staged_meta, self.meta)
 
-    def _undo(self) -> list[str]:
-        """Undo the commit's renames, last first; return what is where for each path that could not be
-        put back (a new version that could not go back is dropped if its old one then takes its place)."""
-        stuck: dict[Path, list[str]] = {}
+    def _undo(self, stuck: dict[Path, list[str]]) -> None:
+        """Undo the commit's renames, last first; add to `stuck` what is where for each path that could not
+        be put back (a new version that could not go back is dropped if its old one then takes its place)."""
         for source, destination, done in reversed(self._renamed):
             try:
                 if done == _SWAPPED:
                     if not _rename_exchange(source, destination):
+                        self._undo_failed = True
                         stuck[destination] = [f"{destination} holds the new index, {source} the old one"]
                     continue
                 os.replace(destination, source)
             except OSError as error:
+                self._undo_failed = True
                 if done == _ASIDE:
                     line = f"the old version of {source} is at {destination}"
                     stuck.setdefault(source, []).append(f"{line} ({error.strerror or error})")
@@ -282,19 +312,18 @@ class Staging:
             if done == _ASIDE:
                 stuck.pop(source, None)  # the old version is back, over a new one that was stuck there
         self._renamed.clear()
-        return [line for lines in stuck.values() for line in lines]
 
     def abort(self) -> None:
         """Undo what a commit cut short moved, remove everything this run staged and the folders it made;
         the dataset stays as it was."""
-        stuck = self._undo()  # an error here must not hide the one that ended the run
+        self._undo({})  # an error here must not hide the one that ended the run
         for staged, _ in self._moves:
             try:
                 _remove(staged)
             except OSError:
                 pass
         self._moves.clear()
-        if self.staged_meta is not None and not stuck:  # stuck, it may hold the old index
+        if self.staged_meta is not None and not self._undo_failed:  # else it may hold the old index
             shutil.rmtree(self.staged_meta, ignore_errors=True)
         for folder in reversed(self._created):
             try:
@@ -309,6 +338,27 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         if not self._committed:
             self.abort()
+
+
+def commit_together(stagings: Sequence[Staging]) -> None:
+    """Commit `stagings` as one, in order, all or nothing: when one fails (a CommitError naming the path,
+    the folder the stagings share said to be as it was), or the commit is cut short (Ctrl-C, SIGTERM),
+    the renames of every one are undone, last first, as one staging undoes its own. Old versions are
+    removed only once all are in place."""
+    try:
+        for staging in stagings:
+            staging._place()
+    except BaseException as error:
+        stuck: dict[Path, list[str]] = {}
+        for staging in reversed(stagings):
+            staging._undo(stuck)
+        if not isinstance(error, CommitError):
+            raise
+        root = Path(os.path.commonpath([staging.root for staging in stagings]))
+        lines = [line for lines in stuck.values() for line in lines]
+        raise CommitError(root, error.path, error.reason, lines, error.retiring) from None
+    for staging in stagings:
+        staging._finish()
 
 
 def _remove(path: Path) -> None:

@@ -3,15 +3,13 @@ when the run ends any other way."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from prep.errors import PrepError
-from prep.index.staging import Staging, remove_leftovers
+from prep.index.staging import Staging, commit_together, remove_leftovers
+from tests.support.immutable import immutable
 
 
 def listing(root: Path) -> dict[str, bytes | None]:
@@ -93,19 +91,6 @@ def test_a_rename_failing_at_commit_puts_back_the_files_moved_before_it(tmp_path
     assert listing(root) == before
 
 
-@contextmanager
-def immutable(path: Path) -> Iterator[None]:
-    """`path` made immutable (chattr +i: as root too, renaming it fails with EPERM) while in the block."""
-    try:
-        subprocess.run(["chattr", "+i", str(path)], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as error:
-        pytest.skip(f"chattr +i does not work here: {error}")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
-
 def test_an_index_swap_failing_at_commit_puts_back_every_file_moved_before_it(tmp_path: Path) -> None:
     root = tmp_path / "dataset"
     old_dataset(root)
@@ -120,6 +105,69 @@ def test_an_index_swap_failing_at_commit_puts_back_every_file_moved_before_it(tm
     message = str(raised.value)
     assert f"{root / '.nv-meta'} in place: Operation not permitted" in message
     assert listing(root) == before
+
+
+def test_stagings_committed_together_are_undone_together_when_a_later_one_fails(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / ".nv-meta").mkdir(parents=True)
+    (first / ".nv-meta" / "index.sqlite").write_text("old index")
+    (first / "a.tar.idx").write_text("old a")
+    (first / "gone.txt").write_text("an old file nothing replaces")
+    before = {"first": listing(first), "second": old_dataset(second)}
+    with pytest.raises(PrepError) as raised:
+        with Staging(first) as one, Staging(second) as two:
+            stage_new_versions(first, one)
+            one.retire(first / "gone.txt")
+            stage_new_versions(second, two)
+            commit_together([one, two])  # all of `one` is in place, then c.tar.idx of `two` cannot be
+    message = str(raised.value)
+    assert f"{second / 'c.tar.idx'} in place: Is a directory" in message
+    assert f"{tmp_path} is as it was before the run" in message
+    assert {"first": listing(first), "second": listing(second)} == before
+
+
+def test_an_interrupt_while_a_later_staging_commits_undoes_all_last_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a write with --overwrite: one staging moves the old files aside, the next puts new ones at the
+    same paths. Undone in the other order, the old a.tar.idx would go back over the new one, and then out
+    with it as a staged file."""
+    root = tmp_path / "dataset"
+    old_dataset(root)
+    (root / "c.tar.idx" / "inside").unlink()
+    (root / "c.tar.idx").rmdir()
+    before = listing(root)
+
+    def interrupted() -> None:  # as Ctrl-C arrives: the new .tar.idx files are in place, not the index
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with Staging(root) as new, Staging(root, meta=False) as old:  # left in the order WriteRun leaves them
+            stage_new_versions(root, new)
+            for path in sorted(root.glob("*.tar.idx")):
+                old.retire(path)
+            monkeypatch.setattr(new, "_swap_meta", interrupted)
+            commit_together([old, new])
+    assert listing(root) == before
+
+
+def test_a_retired_path_goes_aside_first_and_is_removed_once_all_is_in_place(tmp_path: Path) -> None:
+    root = tmp_path / "dataset"
+    (root / "old" / "sub").mkdir(parents=True)
+    (root / "old" / "sub" / "x.tar").write_text("old shard")
+    (root / "a.tar.idx").mkdir()  # a non-empty folder where the new a.tar.idx goes: retired, not in the way
+    (root / "a.tar.idx" / "inside").write_text("old")
+    with Staging(root) as staging:
+        staging.temp_path(root / "a.tar.idx").write_text("new a")
+        staging.meta_file("index.sqlite").write_text("new index")
+        staging.retire(root / "old")
+        staging.retire(root / "a.tar.idx")
+        staging.commit()
+    assert listing(root) == {
+        ".nv-meta": None,
+        ".nv-meta/index.sqlite": b"new index",
+        "a.tar.idx": b"new a",
+    }
 
 
 def test_a_staging_without_index_made_its_root_and_removes_it_again(tmp_path: Path) -> None:
