@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -44,7 +43,7 @@ from prep.index.dataset_yaml import CRUDE_CLASS, DatasetDefinition, define_datas
 from prep.index.format import INDEX_SQLITE, META_DIR, METADATASET_YAML
 from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.media import MediaSummary, add_folder_media_metadata
-from prep.index.staging import CommitError, Staging
+from prep.index.staging import Staging, commit_together
 from prep.media.filter import MediaFilter
 from prep.processes import in_child, worker_count
 from prep.progress import time_left
@@ -322,26 +321,20 @@ class WriteRun:
         return add_folder_media_metadata(self.aux_folder, self.aux_files, meta / INDEX_SQLITE, media, workers)
 
     def commit(self) -> None:
-        """Put everything in place: old contents out (with --overwrite), the aux dataset, the primary
-        dataset (its `.nv-meta` last), then the rejects and the metadataset."""
+        """Put everything in place as one commit (`commit_together`): old contents aside (with
+        --overwrite), the aux dataset, the primary dataset (its `.nv-meta` last), then the rejects and the
+        metadataset. If any step fails or is cut short, every one is undone: `out_dir` is as it was."""
         builds = [build for build in (self.aux_build, self.primary) if build is not None]
-        if self.options.overwrite:
-            keep = set().union(
-                self.staging.staged_paths(),
-                *(build.staging.staged_paths() for build in builds),
-                {self.out_dir / LOCK_FILE},
-            )
-            _clear_old_contents(self.out_dir, keep)
-        for build in builds:
-            build.commit()
-        try:
-            self.staging.commit()
-        except CommitError as error:  # the datasets are in place; a file beside them is not
-            stuck = "".join(f"\n  - {line}" for line in error.stuck)
-            raise PrepError(
-                f"The dataset at {self.out_dir} is complete, but {error.path} could not be put in place"
-                f" ({error.reason}). Fix that and run again with --overwrite.{stuck}"
-            ) from None
+        with Staging(self.out_dir, meta=False) as old:
+            if self.options.overwrite:
+                keep = set().union(
+                    self.staging.staged_paths(),
+                    *(build.staging.staged_paths() for build in builds),
+                    {self.out_dir / name for name in _run_files(self.options)},
+                )
+                for path in _old_contents(self.out_dir, keep):
+                    old.retire(path)
+            commit_together([old, *(build.staging for build in builds), self.staging])
 
     def __enter__(self) -> WriteRun:
         return self
@@ -561,7 +554,7 @@ def _show(record: Record) -> str:
 def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
     """A PrepError unless `out_dir` is empty (but for the lock, and with --resume what an interrupted
     run kept), or --overwrite is given."""
-    ours = {LOCK_FILE, RESUME_DIR} if options.resume else {LOCK_FILE}
+    ours = _run_files(options)
     others = [entry for entry in out_dir.iterdir() if entry.name not in ours]
     # a killed run's staged files are gone (`prep.index.lock`), their folders (a split's) not
     others = [entry for entry in others if not (entry.is_dir() and _holds_no_file(entry))]
@@ -581,6 +574,12 @@ def _check_out_dir(out_dir: Path, options: WriteOptions) -> None:
             f"{out_dir} is not empty{kept}. Give a new or empty folder, or pass --overwrite to replace its"
             " contents (the old contents stay until the new dataset is complete)."
         )
+
+
+def _run_files(options: WriteOptions) -> set[str]:
+    """What in OUT_DIR belongs to the run, not to the dataset it replaces: the lock and, with --resume,
+    what an interrupted run kept (removed once the new dataset is in place)."""
+    return {LOCK_FILE, RESUME_DIR} if options.resume else {LOCK_FILE}
 
 
 def _check_apart(sources: list[Source], out_dir: Path, rejects: Path | None = None) -> None:
@@ -626,21 +625,22 @@ def _holds_no_file(folder: Path) -> bool:
     return not any(files for _, _, files in os.walk(folder))
 
 
-def _clear_old_contents(out_dir: Path, keep: set[Path]) -> None:
-    """Remove what was in `out_dir` before this run, all but this run's staged files (`keep`); old
-    indexes first, so nothing old looks complete while the rest goes."""
-    for meta in sorted(out_dir.rglob(META_DIR), key=lambda path: len(path.parts)):
-        if meta.is_dir() and meta not in keep:
-            shutil.rmtree(meta, ignore_errors=True)
-    folders = []
-    for folder, dirs, files in os.walk(out_dir):
-        dirs[:] = [name for name in dirs if Path(folder, name) not in keep]  # staged folders stay whole
-        folders.append(folder)
-        for name in files:
-            if Path(folder, name) not in keep:
-                os.unlink(os.path.join(folder, name))
-    for folder in reversed(folders[1:]):
-        if os.path.islink(folder):
-            os.unlink(folder)
-        elif not os.listdir(folder):
-            os.rmdir(folder)
+def _old_contents(out_dir: Path, keep: set[Path]) -> list[Path]:
+    """What was in `out_dir` before this run, as few paths as cover it: all but `keep` (this run's staged
+    files and its own) and the folders on their way, which stay and hold the new dataset. A folder that
+    holds nothing kept is one path, however much it holds; old indexes come first, so nothing old looks
+    complete while the rest goes aside."""
+    on_the_way = {folder for path in keep for folder in path.parents}
+    old = []
+    folders = [out_dir]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                if path in keep:
+                    continue
+                if path in on_the_way:  # a folder, or a link to one, holding staged files
+                    folders.append(path)
+                else:
+                    old.append(path)
+    return sorted(old, key=lambda path: path.name != META_DIR)

@@ -496,7 +496,7 @@ def test_rejects_naming_a_folder_is_refused_before_the_run(tmp_path: Path) -> No
         )
 
 
-def test_a_rejects_file_that_cannot_be_put_in_place_is_a_plain_error(tmp_path: Path) -> None:
+def test_a_rejects_file_that_cannot_be_put_in_place_undoes_the_whole_write(tmp_path: Path) -> None:
     rejects_path = tmp_path / "rejects.jsonl"
 
     def rows():  # the path becomes a folder during the run, after it was checked
@@ -504,11 +504,9 @@ def test_a_rejects_file_that_cannot_be_put_in_place_is_a_plain_error(tmp_path: P
         rejects_path.mkdir()
         yield {"txt": "fine"}
 
-    with pytest.raises(
-        PrepError, match=f"The dataset at {tmp_path / 'out'} is complete, but {rejects_path} could"
-    ):
+    with pytest.raises(PrepError, match=f"Could not put {rejects_path} in place: Is a directory"):
         write_dataset(rows(), tmp_path / "out", on_error="skip", rejects=rejects_path)
-    assert load_parts(tmp_path / "out") == {"000000000": {"txt": b"fine"}}
+    assert not (tmp_path / "out").exists(), "the dataset was put in place without its rejects"
     assert not [path for path in tmp_path.rglob("*") if ".shardprep-" in path.name], "a staged file was left"
 
 
