@@ -103,21 +103,42 @@ def delete_stale(store: ObjectStore, names: list[str]) -> None:
 
 class EarlyUpload:
     """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
-    while the rest of the index is written and uploaded), made by `upload_early` and begun by `start`;
+    while the rest of the index is written and uploaded; a bucket write sends each shard up as soon as it
+    is written), made by `upload_early` and begun by `start`, or given one by one to `send`;
     `upload_dataset` waits for them before the markers, and a run that fails before its upload calls
     `withdraw`."""
 
-    def __init__(self, store: ObjectStore, files: dict[str, Path]) -> None:
+    def __init__(self, store: ObjectStore, files: dict[str, Path], threads: int | None = None) -> None:
         self.store = store
-        self.files = files
-        self._pool = ThreadPoolExecutor(min(UPLOAD_THREADS, max(1, len(files))), "shardprep-upload")
+        self.files = dict(files)
+        threads = threads or min(UPLOAD_THREADS, max(1, len(files)))
+        self._pool = ThreadPoolExecutor(threads, "shardprep-upload")
         self._uploads: dict[str, Future[None]] = {}
+        #: Set by `withdraw`: the multipart uploads on their way send no further part.
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         """Begin the uploads (apart from making the object, so that whoever holds it can withdraw them
         whenever an interruption comes)."""
         for name, path in self.files.items():
-            self._uploads[name] = self._pool.submit(self.store.upload_file, name, path)
+            self._submit(name, path)
+
+    def send(self, name: str, path: Path, then: Callable[[Path], None] | None = None) -> None:
+        """Begin uploading one more file, `path`, as object `name`; `then(path)` once it is up. The first
+        StorageError of an upload already over is raised here, so that the caller stops early."""
+        for upload in self._uploads.values():
+            if upload.done() and upload.exception() is not None:
+                raise upload.exception()  # type: ignore[misc]
+        self.files[name] = path
+        self._submit(name, path, then)
+
+    def _submit(self, name: str, path: Path, then: Callable[[Path], None] | None = None) -> None:
+        def upload() -> None:
+            self.store.upload_file(name, path, self._stopping)
+            if then is not None:
+                then(path)
+
+        self._uploads[name] = self._pool.submit(upload)
 
     def wait(self) -> None:
         """Return once every file is up; the first StorageError is raised."""
@@ -132,8 +153,9 @@ class EarlyUpload:
         self._pool.shutdown(cancel_futures=True)
 
     def withdraw(self) -> None:
-        """Stop, and delete what went up (as far as the bucket lets: this runs on the way out of a failed
-        run, whose own error is the one to report)."""
+        """Stop (a multipart upload on its way sends no further part), and delete what went up (as far as
+        the bucket lets: this runs on the way out of a failed run, whose own error is the one to report)."""
+        self._stopping.set()
         self.stop()
         for name, upload in self._uploads.items():
             if upload.done() and not upload.cancelled() and upload.exception() is None:

@@ -14,6 +14,7 @@ with the same index writer `prepare` uses. Nothing looks complete before `commit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,10 +56,23 @@ class ShardSlot:
     split: str
 
 
-class DatasetBuild:
-    """Shards, `.tar.idx` files and `.nv-meta` of one dataset under `root`, staged until `commit`."""
+#: Told of each shard once it is whole: its final path and where it is staged until `commit`.
+ShardWritten = Callable[[Path, Path], None]
 
-    def __init__(self, root: Path, *, limits: ShardLimits, pattern: str, mtime: int = 0) -> None:
+
+class DatasetBuild:
+    """Shards, `.tar.idx` files and `.nv-meta` of one dataset under `root`, staged until `commit`;
+    `on_shard` is told of each shard as soon as it is whole (a write to a bucket sends it up then)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        limits: ShardLimits,
+        pattern: str,
+        mtime: int = 0,
+        on_shard: ShardWritten | None = None,
+    ) -> None:
         self.staging = Staging(root, carry_over=False)  # a write replaces the whole index
         self.root = root
         self.limits = limits
@@ -68,6 +82,7 @@ class DatasetBuild:
         self.writers: dict[str, ShardWriter] = {}
         #: Rows files named so far (shards written here and shards reserved for writing elsewhere).
         self.rows_files = 0
+        self.on_shard = on_shard
 
     def writer(self, split: str, folder: str = "") -> ShardWriter:
         """The shard writer for a split, writing into `root/folder` (e.g. `train/`)."""
@@ -90,9 +105,14 @@ class DatasetBuild:
         write_tar_index(self.staging.tar_index_file(written.shard), rows)
         rows_path = self._rows_path()
         write_rows_file(rows_path, rows)
-        self.finished.append(
+        self._finished(
             FinishedShard(written.shard, split, rows.count, written.bytes, rows_path, written.path)
         )
+
+    def _finished(self, shard: FinishedShard) -> None:
+        self.finished.append(shard)
+        if self.on_shard is not None:
+            self.on_shard(self.root / shard.shard, shard.path)
 
     def _rows_path(self) -> Path:
         self.rows_files += 1
@@ -112,7 +132,7 @@ class DatasetBuild:
 
     def adopt(self, slot: ShardSlot, count: int, nbytes: int) -> None:
         """Take in a reserved shard that has been written with its index files; `nbytes` is its tar size."""
-        self.finished.append(FinishedShard(slot.shard, slot.split, count, nbytes, slot.rows_path, slot.path))
+        self._finished(FinishedShard(slot.shard, slot.split, count, nbytes, slot.rows_path, slot.path))
 
     def finish(
         self,

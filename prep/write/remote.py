@@ -1,10 +1,14 @@
-"""`write ... s3://bucket/out` (or `msc://profile/out`): the dataset written under `--tmp-path` by the local
-write, as it is, then uploaded (`prep.storage.upload`): shards first (in parts when big), the `.tar.idx`
-files next, `.nv-meta` with its `.info.json` last, so the bucket shows no new index before all of it is
-there (with `--overwrite`, the old `.info.json` is withdrawn before the first upload: a failure in the
-upload leaves a dataset energon calls not prepared, never a mixed one). A failure before the upload
-leaves the bucket as it was. The multipart uploads an earlier run killed mid-upload left for the objects
-this one writes are aborted before its upload (`prep.storage.upload.abort_earlier_uploads`).
+"""`write ... s3://bucket/out` (or `msc://profile/out`): the local write, under `--tmp-path`, uploaded as
+it goes (`prep.storage.upload`). Into an empty prefix each shard goes up as soon as it is whole, while
+the write goes on (`ShardUploads`), and its local copy is emptied once it is up, so `--tmp-path` needs
+room for the shards on their way and the index, not for the dataset; the `.tar.idx` files follow once
+the write is done, `.nv-meta` with its `.info.json` last, so the bucket shows no index before all of it
+is there. A write that fails, or is interrupted, deletes the shards it sent (a run killed outright leaves
+them, under no index: the prefix then needs `--overwrite`). Over objects already there (`--overwrite`)
+nothing goes up before the write is done, and the old `.info.json` is withdrawn before the first upload:
+a failure in the upload leaves a dataset energon calls not prepared, never a mixed one. A failure before
+the upload leaves the bucket as it was. The multipart uploads an earlier run killed mid-upload left for
+the objects this one writes are aborted before its upload (`prep.storage.upload.abort_earlier_uploads`).
 
 The prefix must hold no objects, unless `--overwrite`: then what the new dataset does not replace is
 deleted once it is whole. Nothing locks the bucket (the local lock covers only the folder under
@@ -14,6 +18,7 @@ deleted once it is whole. Nothing locks the bucket (the local lock covers only t
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +28,8 @@ from prep.storage.address import require_address
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
 from prep.storage.upload import (
+    UPLOAD_THREADS,
+    EarlyUpload,
     Note,
     abort_earlier_uploads,
     delete_stale,
@@ -63,18 +70,51 @@ def write_remote(
         )
     leftovers = earlier_uploads(store, note)
     with scratch_folder(tmp_path, "write") as out_dir:
-        summary = write(sources, out_dir, options, progress)
-        built = sorted(
-            path.relative_to(out_dir).as_posix()
-            for path in out_dir.rglob("*")
-            if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
-        )
-        abort_earlier_uploads(store, leftovers, built, note)
-        upload_dataset(store, out_dir, built)
+        shards = None if existing else ShardUploads(store, out_dir, keep=options.media_filter is not None)
+        try:
+            summary = write(sources, out_dir, options, progress, shards.send if shards else None)
+            built = sorted(
+                path.relative_to(out_dir).as_posix()
+                for path in out_dir.rglob("*")
+                if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
+            )
+            abort_earlier_uploads(store, leftovers, built, note)
+            upload_dataset(store, out_dir, built, shards.early if shards else None)
+        except BaseException:
+            if shards is not None:
+                shards.early.withdraw()  # the shards sent: the bucket is left as it was
+            raise
         delete_stale(store, sorted(set(existing) - set(built)))
         # the run's time is the write's and the upload's (the summary says "Wrote ... in N s")
         summary = dataclasses.replace(summary, seconds=time.perf_counter() - started)
         return _named(summary, out_dir, address)
+
+
+class ShardUploads:
+    """The shards of a write into an empty prefix, each sent up (`EarlyUpload`) as soon as the write has it
+    whole, from a hard link beside `out_dir` (the staged file is renamed when the write commits), and
+    emptied once up unless `keep` (the write reads its shards again for `--media-metadata-by-*`)."""
+
+    def __init__(self, store: ObjectStore, out_dir: Path, *, keep: bool) -> None:
+        self.out_dir = out_dir
+        self.keep = keep
+        self.links = out_dir.parent / "uploading"
+        self.links.mkdir()
+        self.early = EarlyUpload(store, {}, UPLOAD_THREADS)
+
+    def send(self, final: Path, staged: Path) -> None:
+        """Begin uploading the shard staged at `staged`, under its name in the dataset (`final`)."""
+        link = self.links / str(len(self.early.files))
+        os.link(staged, link)
+        self.early.send(final.relative_to(self.out_dir).as_posix(), link, self._sent)
+
+    def _sent(self, link: Path) -> None:
+        try:
+            if not self.keep:
+                os.truncate(link, 0)  # the write's own copy too: the same file
+            link.unlink()
+        except OSError:  # only room on the disk is lost
+            pass
 
 
 def _named(summary: WriteSummary, out_dir: Path, address: str) -> WriteSummary:

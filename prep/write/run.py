@@ -49,7 +49,7 @@ from prep.processes import in_child, worker_count
 from prep.progress import time_left
 from prep.tar.fields import END_OF_ARCHIVE
 from prep.write.blockwise import engine_map, refusal, write_in_blocks
-from prep.write.build import DatasetBuild, ShardSlot
+from prep.write.build import DatasetBuild, ShardSlot, ShardWritten
 from prep.write.jsonl_parallel import ShardDone, ShardJob, plan_shards, write_planned_shard
 from prep.write.keys import Rejected, SampleKeys, path_problem
 from prep.write.options import WriteOptions
@@ -124,7 +124,11 @@ class WriteRun:
     """
 
     def __init__(
-        self, out_dir: Path, options: WriteOptions, progress: Callable[[WriteProgress], None] | None
+        self,
+        out_dir: Path,
+        options: WriteOptions,
+        progress: Callable[[WriteProgress], None] | None,
+        on_shard: ShardWritten | None = None,
     ) -> None:
         self.out_dir = out_dir
         self.options = options
@@ -135,11 +139,12 @@ class WriteRun:
             # Files beside the datasets (rejects, the aux folder, the metadataset), put in place last.
             self.staging = stack.enter_context(Staging(out_dir, meta=False))
             root = out_dir / PRIMARY_FOLDER if options.polylithic else out_dir
-            self.primary = stack.enter_context(DatasetBuild(root, limits=limits, pattern=pattern))
+            build = DatasetBuild(root, limits=limits, pattern=pattern, on_shard=on_shard)
+            self.primary = stack.enter_context(build)
             self.aux_build: DatasetBuild | None = None
             self.aux_folder: Path | None = None
             if options.polylithic and options.aux_format == "tar":
-                aux = DatasetBuild(out_dir / AUX_FOLDER, limits=limits, pattern=pattern)
+                aux = DatasetBuild(out_dir / AUX_FOLDER, limits=limits, pattern=pattern, on_shard=on_shard)
                 self.aux_build = stack.enter_context(aux)
             elif options.polylithic:
                 self.aux_folder = self.staging.temp_path(out_dir / AUX_FOLDER)
@@ -380,8 +385,10 @@ def write(
     out_dir: Path,
     options: WriteOptions,
     progress: Callable[[WriteProgress], None] | None = None,
+    on_shard: ShardWritten | None = None,
 ) -> WriteSummary:
-    """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary."""
+    """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary;
+    `on_shard` is told of each shard as soon as it is whole (`DatasetBuild`)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
     _check_apart(sources, out_dir, options.rejects)
@@ -392,7 +399,7 @@ def write(
         check_field_map(options.field_map, parts)
     with plain_io_errors(out_dir, "write"), dataset_lock(out_dir, "write"):
         _check_out_dir(out_dir, options)
-        with WriteRun(out_dir, options, progress) as run:
+        with WriteRun(out_dir, options, progress, on_shard) as run:
             if options.field_map and parts is None:
                 run.part_names = set()  # the parts are known once written: --field-map is checked then
             if options.resume:

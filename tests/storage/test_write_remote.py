@@ -167,3 +167,93 @@ def test_a_server_that_will_not_list_incomplete_uploads_costs_a_write_one_note(s
         "Note: The server does not list the incomplete multipart uploads below s3://guarded/out"
         " (AccessDenied). Any an earlier run left there stay (a lifecycle rule can abort them)."
     ]
+
+
+def _until(condition, seconds: float = 10.0):
+    """`condition()` once true (polled), or its last value after `seconds`."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
+
+
+#: The shards whole before the seventh record of nine, two to a shard.
+WANTED = {"out/shard-000000.tar", "out/shard-000001.tar"}
+
+
+#: Their staged local copies, by name and size, once sent.
+EMPTIED = {"shard-000000": 0, "shard-000001": 0}
+
+
+def _staged_shards(folder):
+    """The first two shards' staged files below `folder`, by name and size."""
+    staged = folder.rglob("shard-*.tar.shardprep-*.tmp")
+    return {path.name.split(".")[0]: path.stat().st_size for path in staged if path.name[:12] in EMPTIED}
+
+
+def test_into_an_empty_prefix_each_shard_goes_up_while_the_write_goes_on_and_its_local_copy_is_emptied(
+    s3, tmp_path
+):
+    """Shards 0 and 1 are in the bucket, and their local copies empty, before the write has read its
+    seventh record; the dataset in the bucket equals a local write's all the same."""
+    from prep.write.sources import DictSource
+
+    s3.make_bucket("streamed")
+    rows = [{"__key__": f"{i:03d}", "txt": f"text {i} " + "z" * 3000} for i in range(9)]
+    during: dict = {}
+
+    def records():
+        for i, row in enumerate(rows):
+            if i == 6:  # shards 0 and 1 (two samples each) are whole by now
+                during["keys"] = _until(lambda: WANTED <= set(s3.keys("streamed"))) and set(
+                    s3.keys("streamed")
+                )
+                during["local"] = _until(lambda: _staged_shards(tmp_path / "t") == EMPTIED)
+            yield row
+
+    options = WriteOptions.parse(maxcount=2)
+    store = open_store(parse_address("s3://streamed/out"))
+    write_remote([DictSource(records())], "s3://streamed/out", options, store=store, tmp_path=tmp_path / "t")
+    assert during["keys"] == WANTED, "no index before the end"
+    assert during["local"], "the local copies of the shards sent are emptied"
+    s3.download_prefix("streamed", "out", tmp_path / "fetched")
+    from prep.write.run import write_dataset
+
+    write_dataset(rows, tmp_path / "local", maxcount=2)
+    assert files(tmp_path / "fetched") == files(tmp_path / "local")
+
+
+def test_a_write_that_fails_after_shards_went_up_deletes_them_and_over_a_dataset_sends_none_early(
+    s3, tmp_path
+):
+    from prep.write.sources import DictSource
+
+    s3.make_bucket("failing")
+    store = open_store(parse_address("s3://failing/out"))
+
+    def records(fail_after_upload: bool):
+        for i in range(9):
+            if i == 6 and fail_after_upload:
+                assert _until(lambda: "out/shard-000001.tar" in s3.keys("failing"))
+                raise RuntimeError("the source broke")
+            yield {"__key__": f"{i:03d}", "txt": f"text {i}"}
+
+    options = WriteOptions.parse(maxcount=2)
+    with pytest.raises(RuntimeError, match="the source broke"):
+        write_remote([DictSource(records(True))], "s3://failing/out", options, store=store, tmp_path=tmp_path)
+    assert s3.keys("failing") == [] and s3.incomplete_uploads("failing") == []
+    store.put("old.txt", b"a file already there")
+    seen = []
+
+    def watched():
+        for i, row in enumerate(records(False)):
+            if i == 8:
+                seen.extend(s3.keys("failing"))
+            yield row
+
+    again = WriteOptions.parse(maxcount=2, overwrite=True)
+    write_remote([DictSource(watched())], "s3://failing/out", again, store=store, tmp_path=tmp_path)
+    assert seen == ["out/old.txt"], "over objects already there, nothing goes up before the write is done"
+    assert "out/shard-000003.tar" in s3.keys("failing")
