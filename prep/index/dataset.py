@@ -28,7 +28,7 @@ from prep.index.format import (
     TAR_INDEX_ENTRY,
     tar_index_name,
 )
-from prep.index.meta import read_dataset_yaml, read_shard_counts, read_splits
+from prep.index.meta import read_dataset_yaml, read_shard_counts, read_splits, split_file_name
 from prep.index.metadataset import metadataset_error, metadataset_file
 from prep.index.sqlite import IndexReader, PartLocation
 from prep.index.staging import local_path
@@ -96,8 +96,12 @@ class PreparedDataset:
         """Split name -> shard names, as energon resolves them from the split file."""
         return {split: list(shards) for split, shards in self._read_splits(split_file)[0].items()}
 
+    def split_file(self, split_config: str = SPLIT_YAML) -> str:
+        """The split file of `.nv-meta` energon reads when told `split_config` (`split_file_name`)."""
+        return split_file_name(self.meta, split_config)
+
     def _read_splits(self, split_file: str) -> tuple[dict[str, list[str]], list[str]]:
-        path = self.meta / split_file
+        path = self.meta / self.split_file(split_file)
         if path not in self._split_files:
             self._split_files[path] = read_splits(path)
         return self._split_files[path]

@@ -16,6 +16,7 @@ META_DIR = ".nv-meta"
 INFO_JSON = ".info.json"
 INFO_YAML = ".info.yaml"  # legacy name energon still reads
 SPLIT_YAML = "split.yaml"
+SPLIT_JSON = "split.json"  # energon reads it when split.yaml is missing (`meta.split_file_name`)
 DATASET_YAML = "dataset.yaml"
 INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"

@@ -6,7 +6,7 @@ here too (its text is written by `prep.index.dataset_yaml`).
 shard's `tar_file_id` in sqlite. `split.yaml` lists each split's shards as brace patterns
 (`a/{000..009}.tar`), collapsed in order when written and expanded with the `braceexpand` package when
 read, as energon does. A split file is parsed as energon parses it, by the ending of its name
-(`SPLIT_FILE_PARSERS`). Readers raise PrepError naming the file and what to do.
+(`SPLIT_FILE_PARSERS`), and split.json stands in for a missing split.yaml (`split_file_name`). Readers raise PrepError naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import braceexpand
 
 from prep.errors import PrepError
-from prep.index.format import ENERGON_FORMAT_VERSION, INFO_JSON, INFO_YAML, META_DIR
+from prep.index.format import ENERGON_FORMAT_VERSION, INFO_JSON, INFO_YAML, META_DIR, SPLIT_JSON, SPLIT_YAML
 
 RERUN_PREPARE = "Re-run `shardprep prepare` (or `energon prepare`) on the dataset folder."
 #: What to do about an index file or folder that exists but cannot be opened.
@@ -253,6 +253,19 @@ SPLIT_FILE_PARSERS: dict[str, tuple[str, Callable[[Path], object]]] = {
     ".yaml": ("YAML", _parse_yaml),
     ".json": ("JSON", _parse_json_split_file),
 }
+
+
+def split_file_name(meta: Path, split_config: str) -> str:
+    """The split file energon reads from the index folder `meta` when told `split_config`: that one, but
+    split.json in place of a split.yaml that is missing (energon tries it on FileNotFoundError, for that
+    name alone, whether named or the default), when split.json is there.
+
+    >>> split_file_name(Path("/nowhere"), "split.yaml"), split_file_name(Path("/nowhere"), "all.yaml")
+    ('split.yaml', 'all.yaml')
+    """
+    if split_config == SPLIT_YAML and not (meta / SPLIT_YAML).exists() and (meta / SPLIT_JSON).exists():
+        return SPLIT_JSON
+    return split_config
 
 
 def _parse_split_file(path: Path) -> object:

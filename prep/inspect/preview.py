@@ -12,7 +12,6 @@ from typing import NamedTuple
 from prep.codecs import TEXT_LIMIT, describe_part, raw_preview
 from prep.errors import PrepError
 from prep.index.dataset import PreparedDataset
-from prep.index.format import SPLIT_YAML
 from prep.index.meta import RERUN_PREPARE
 from prep.index.sqlite import PartLocation, SampleRow
 from prep.tar.fields import BLOCK, MAX_OCTAL_SIZE, NAME
@@ -34,7 +33,7 @@ def first_samples(dataset: PreparedDataset, split: str | None, count: int) -> It
             return
         if shard not in dataset.shard_counts:
             raise PrepError(
-                f"split {split!r} of {dataset.meta / SPLIT_YAML} names shard {shard!r}, which .info.json does"
+                f"split {split!r} of {dataset.meta / dataset.split_file()} names shard {shard!r}, which .info.json does"
                 f" not list. `shardprep verify {dataset.root}` names every such shard and what to do."
             )
         skipped = excluded.get(dataset.tar_file_id(shard), set())

@@ -43,7 +43,7 @@ from prep.index.format import (
 )
 from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
-from prep.index.meta import SPLIT_FILE_PARSERS, read_splits, unreadable_reason
+from prep.index.meta import SPLIT_FILE_PARSERS, read_splits, split_file_name, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
 from prep.index.sqlite import NullRowsError
 from prep.index.yaml_reader import UnresolvedAliasError
@@ -785,16 +785,17 @@ def _no_split_problem(
 def _loaded_split_files(
     dataset: PreparedDataset, split_files: Sequence[str], report: VerifyReport
 ) -> dict[str, dict[str, list[str]]]:
-    """The splits of each of `split_files` that can be read, by file name. split.yaml that cannot be read is
-    a problem of the dataset (prepare writes it); another split file, of the metadataset reference that
-    names it as its `split_config` (`_split_file_problems`), so it is left out here without a word."""
+    """The splits of each of `split_files` that can be read, by file name. The split file energon reads by
+    default (split.yaml, which prepare writes, or split.json in its place) that cannot be read is a problem
+    of the dataset; another split file, of the metadataset reference that names it as its `split_config`
+    (`_split_file_problems`), so it is left out here without a word."""
     loaded = {}
     for split_file in dict.fromkeys(split_files):
         try:
             loaded[split_file] = dataset.splits(split_file)
         except PrepError as error:
-            if split_file == SPLIT_YAML:
-                report.problems.append(_meta_file_problem(dataset, SPLIT_YAML, error))
+            if split_file == dataset.split_file():
+                report.problems.append(_meta_file_problem(dataset, split_file, error))
     return loaded
 
 
@@ -878,6 +879,7 @@ def verify_dataset(
     reads by member name through index.sqlite alone, needs no dataset config, and its split.yaml excludes
     nothing from it. `split_files_read`: split files parsed already, shared with the caller's readers."""
     dataset = PreparedDataset(root, split_files_read)
+    split_files = tuple(dict.fromkeys(dataset.split_file(split_file) for split_file in split_files))
     report = VerifyReport(str(dataset.root), deep, dataset_config=dataset_config)
     root_text = str(dataset.root)
     try:
@@ -982,7 +984,7 @@ def verify_dataset(
                 deep,
                 indexed=sqlite_problem is None,
                 auxiliary=auxiliary,
-                split_files=tuple(dict.fromkeys(split_files)),
+                split_files=split_files,
             )
     finally:
         dataset.close()
@@ -1163,14 +1165,17 @@ def _split_file_problems(
 ) -> list[Problem]:
     """The problem of a reference energon's loader fails on for its split file: a `split_config` not in
     the dataset's `.nv-meta` (FileNotFoundError), a split it loads that the file does not have
-    ('Invalid split part'), or one that names no shard (EMPTY_SPLIT_ERROR); `where` names the YAML. A
-    split.yaml missing or unreadable is the dataset's own problem, said when it is verified. `read` holds
+    ('Invalid split part'), or one that names no shard (EMPTY_SPLIT_ERROR); `where` names the YAML. The
+    split file energon reads by default (split.yaml, or split.json in its place) missing or unreadable is
+    the dataset's own problem, said when it is verified. `read` holds
     the split files parsed already (`SplitFilesRead`), `unreadable` why those that cannot be are not: each
     is parsed once for all references and readers."""
-    dataset, config = reference.path, reference.split_config
+    dataset = reference.path
+    config = split_file_name(dataset / META_DIR, reference.split_config)
+    default = config == split_file_name(dataset / META_DIR, SPLIT_YAML)  # said when the dataset is verified
     split_file = dataset / META_DIR / config
     if not split_file.is_file():
-        if config == SPLIT_YAML or not split_file.parent.is_dir():  # not prepared: said when it is verified
+        if default or not split_file.parent.is_dir():  # not prepared: said when it is verified
             return []
         held = ", ".join(_split_files(dataset / META_DIR)) or "none"
         return [
@@ -1188,7 +1193,7 @@ def _split_file_problems(
         except PrepError as error:
             unreadable[split_file] = error
     if split_file in unreadable:
-        if config == SPLIT_YAML:
+        if default:
             return []
         return [
             Problem(where, str(unreadable[split_file]), f"correct {split_file}, or `split_config` in {where}")
@@ -1255,7 +1260,7 @@ def _reference_problems(
     except (PrepError, sqlite3.Error):
         return []
     prefix = shown_from(reference.path, folder)
-    split_yaml = f"{prefix}/{META_DIR}/{reference.split_config}"
+    split_yaml = f"{prefix}/{META_DIR}/{split_file_name(reference.path / META_DIR, reference.split_config)}"
     problems = []
     dangling = [found for found in references if found.name not in present]
     for found in dangling[:MAX_EXAMPLES]:

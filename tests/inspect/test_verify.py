@@ -1387,3 +1387,31 @@ def test_a_split_file_named_neither_yaml_nor_json_is_one_energon_refuses(tmp_pat
         f"{meta / 'split.yml'} is not a split file energon reads: it reads one whose name ends in .yaml (as"
         " YAML) or .json (as JSON), and refuses any other ('Invalid file extension').",
     )
+
+
+def test_split_json_is_read_in_place_of_a_missing_split_yaml_as_energon_reads_it(base, tmp_path):
+    """energon's loader reads split.json when split.yaml, the split file it reads unless told another, is
+    missing (and only then: split.yaml first); verify, info and preview said split.yaml was missing. A
+    problem of the splits is named with split.json."""
+    from prep.index.dataset import PreparedDataset
+    from prep.inspect.info import dataset_info
+    from prep.inspect.preview import first_samples
+
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    meta = dataset / ".nv-meta"
+    splits = yaml.safe_load((meta / "split.yaml").read_text())
+    (meta / "split.yaml").unlink()
+    (meta / "split.json").write_text(json.dumps(splits))
+    loaded = _energon_loads(dataset, "train")
+    assert verify_dataset(dataset).healthy, verify_dataset(dataset).problems
+    with PreparedDataset(dataset) as prepared:
+        assert {split.split: split.samples for split in dataset_info(prepared).splits}["train"] == loaded
+        assert len(list(first_samples(prepared, "train", 100))) == loaded
+    splits["split_parts"]["train"].append("gone.tar")
+    (meta / "split.json").write_text(json.dumps(splits))
+    [problem] = problems_of(dataset)
+    assert problem.where == ".nv-meta/split.json", problem
+    (meta / "split.yaml").write_text(yaml.safe_dump({"split_parts": {"train": ["shard-000.tar"]}}))
+    assert _energon_loads(dataset, "train") == 6
+    with PreparedDataset(dataset) as prepared:
+        assert prepared.splits() == {"train": ["shard-000.tar"]}
