@@ -17,6 +17,7 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import braceexpand
 
@@ -159,10 +160,20 @@ def read_info(meta: Path) -> dict:
     return info
 
 
-def _parse(path: Path, loads: Callable[[str], object], errors: type[Exception] | tuple) -> object:
-    """A meta file parsed by `loads`; PrepError naming the file if it cannot be read or parsed."""
+def _utf8_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _parse(
+    path: Path,
+    loads: Callable[[Any], object],
+    errors: type[Exception] | tuple,
+    read: Callable[[Path], str | bytes] = _utf8_text,
+) -> object:
+    """A meta file read by `read` (as UTF-8 text unless told; `loads` takes what it gives) and parsed by
+    `loads`; PrepError naming the file if it cannot be read or parsed."""
     try:
-        return loads(path.read_text(encoding="utf-8"))
+        return loads(read(path))
     except PermissionError as error:
         raise unreadable_error(path, error.strerror) from None
     except OSError as error:
@@ -236,10 +247,11 @@ def read_splits(path: Path) -> tuple[dict[str, list[str]], list[str]]:
 
 
 def _parse_json_split_file(path: Path) -> object:
-    """A `.json` split file parsed as energon parses it, with `json.load`: no YAML syntax, and tabs may
-    indent it. PrepError naming the file and the line and column of a syntax error."""
+    """A `.json` split file parsed as energon parses it, with `json.load` on its bytes: no YAML syntax, tabs
+    may indent it, and it may be UTF-8 (with a byte order mark or not), UTF-16 or UTF-32, as `json` detects.
+    PrepError naming the file and the line and column of a syntax error."""
     try:
-        return _parse(path, json.loads, ())
+        return _parse(path, json.loads, (), Path.read_bytes)
     except json.JSONDecodeError as error:
         raise PrepError(
             f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}. energon"

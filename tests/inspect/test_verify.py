@@ -1415,3 +1415,16 @@ def test_split_json_is_read_in_place_of_a_missing_split_yaml_as_energon_reads_it
     assert _energon_loads(dataset, "train") == 6
     with PreparedDataset(dataset) as prepared:
         assert prepared.splits() == {"train": ["shard-000.tar"]}
+
+
+def test_a_json_split_file_in_any_encoding_json_detects_is_read_as_energon_reads_it(base, tmp_path):
+    """energon reads a .json split file as bytes (`json.load` on a binary file), which takes UTF-8 with a
+    byte order mark, UTF-16 and UTF-32; verify read UTF-8 text alone, and called those not valid."""
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "d")
+    meta = dataset / ".nv-meta"
+    splits = yaml.safe_load((meta / "split.yaml").read_text())
+    (meta / "split.yaml").unlink()
+    for encoding in ("utf-8-sig", "utf-16", "utf-16-le", "utf-32"):
+        (meta / "split.json").write_bytes(json.dumps(splits, ensure_ascii=False).encode(encoding))
+        assert _energon_loads(dataset, "train") > 0, encoding
+        assert verify_dataset(dataset).healthy, (encoding, verify_dataset(dataset).problems)
