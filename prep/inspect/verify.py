@@ -1319,6 +1319,8 @@ def format_report(report: VerifyReport) -> str:
 
 
 def report_json(report: VerifyReport) -> str:
+    """The report for programs: what `format_report` says, as JSON; `loaded` only with --load, and
+    `unchecked` only when something was left unchecked."""
     return json.dumps(
         {
             "root": report.root,
@@ -1328,6 +1330,7 @@ def report_json(report: VerifyReport) -> str:
             "samples": report.samples,
             "parts": report.parts,
             **({"loaded": report.loaded} if report.load else {}),
+            **({"unchecked": report.unchecked} if report.unchecked else {}),
             "problems": [asdict(problem) for problem in report.problems],
             "warnings": [asdict(warning) for warning in report.warnings],
         },

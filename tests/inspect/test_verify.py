@@ -1428,3 +1428,16 @@ def test_a_json_split_file_in_any_encoding_json_detects_is_read_as_energon_reads
         (meta / "split.json").write_bytes(json.dumps(splits, ensure_ascii=False).encode(encoding))
         assert _energon_loads(dataset, "train") > 0, encoding
         assert verify_dataset(dataset).healthy, (encoding, verify_dataset(dataset).problems)
+
+
+def test_what_a_verify_leaves_unchecked_is_in_its_json_report(tmp_path):
+    """A verify of a metadataset naming datasets in object storage does not read their samples' aux.json
+    parts, and says so; --json said it nowhere (the text report's first line did)."""
+    from prep.inspect.verify import AUX_FILES_IN_STORAGE, report_json, verify_metadataset
+
+    folder = polylithic(tmp_path / "poly", "folder")
+    checked = verify_metadataset(folder / "metadataset.yaml")
+    assert "unchecked" not in json.loads(report_json(checked))
+    mirrored = verify_metadataset(folder / "metadataset.yaml", mirror=folder)  # as if mirrored from a bucket
+    assert mirrored.healthy and mirrored.unchecked == AUX_FILES_IN_STORAGE
+    assert json.loads(report_json(mirrored))["unchecked"] == AUX_FILES_IN_STORAGE
