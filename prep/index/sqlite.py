@@ -381,6 +381,27 @@ _PART_PLACE = (
 )
 
 
+class IndexChangedError(PrepError):
+    """A query of an index that was truncated or rewritten in place after it was opened."""
+
+    def __init__(self, path: Path, error: sqlite3.DatabaseError) -> None:
+        super().__init__(
+            f"{path} changed while it was read (truncated or rewritten in place; sqlite: {error}): what"
+            " was opened cannot be read any more. Open the dataset anew (a mount: unmount it and mount"
+            " again) once what writes the index is done; `shardprep prepare` writes a new index and renames"
+            " it into place, which readers of the old one survive."
+        )
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """(inode, size, mtime in ns) of a file; zeros if it cannot be found."""
+    try:
+        found = path.stat()
+    except OSError:
+        return (0, 0, 0)
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+
 class IndexReader:
     """Every query of a prepared dataset's `index.sqlite`, read-only, safe to use from several threads.
 
@@ -388,8 +409,13 @@ class IndexReader:
     sees only the samples (and their parts) of those `tar_file_id`s, and one made with `excluded` (keys by
     `tar_file_id`, as `PreparedDataset.excluded_samples` gives them) none of those samples, as a mount of
     one split does: each connection holds the excluded samples in a temporary table of its own.
-    `mmap_bytes` maps that much of the file instead of reading it page by page (faster lookups; the
-    mapping is bounded, so memory does not grow with the dataset).
+
+    The file is read with read(), never memory-mapped: another process may truncate it in place (a
+    mounted dataset prepared again by a tool that rewrites the index instead of replacing it), and a
+    mapped page past the new end kills the reader with SIGBUS. Read, such an index is a query that fails
+    with an `IndexChangedError` saying what happened (and the pages already read still answer). A
+    replaced index (`shardprep prepare` renames a new one into place) is not seen: connections keep
+    reading the file they opened.
     """
 
     def __init__(
@@ -398,10 +424,10 @@ class IndexReader:
         *,
         shards: Collection[int] | None = None,
         excluded: Mapping[int, Collection[str]] | None = None,
-        mmap_bytes: int = 0,
     ) -> None:
         self.path = path
-        self.mmap_bytes = mmap_bytes
+        #: (inode, size, mtime in ns) of the file when the first connection opened it.
+        self._opened: tuple[int, int, int] | None = None
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -435,6 +461,8 @@ class IndexReader:
             raise unreadable_error(self.path, unreadable)
         # immutable: no locks or change checks per query (each costs syscalls); readers see a snapshot
         uri = self.path.resolve().as_uri() + "?mode=ro&immutable=1"
+        if self._opened is None:
+            self._opened = _identity(self.path)
         try:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
             connection.execute("SELECT 1 FROM samples LIMIT 1").fetchall()
@@ -444,20 +472,40 @@ class IndexReader:
                 f"{self.path} cannot be read as energon's index ({error}); it needs the tables `samples`"
                 f" and `sample_parts`. {RERUN_PREPARE}"
             ) from None
-        if self.mmap_bytes:
-            connection.execute(f"PRAGMA mmap_size={int(self.mmap_bytes)}")
         if self._excluded:
             connection.execute(_EXCLUDED_TABLE)
             connection.executemany(_EXCLUDE_SAMPLE, self._excluded)
             connection.commit()
         return connection
 
+    def _one(self, query: str, parameters: Sequence[object] = ()) -> tuple | None:
+        """The first row `query` gives, or None."""
+        try:
+            return self._db().execute(query, parameters).fetchone()
+        except sqlite3.DatabaseError as error:
+            raise self._read_error(error) from None
+
+    def _all(self, query: str, parameters: Sequence[object] = ()) -> list:
+        """Every row `query` gives."""
+        try:
+            return self._db().execute(query, parameters).fetchall()
+        except sqlite3.DatabaseError as error:
+            raise self._read_error(error) from None
+
+    def _read_error(self, error: sqlite3.DatabaseError) -> PrepError:
+        """What a query that failed with `error` says: the file changed in place since it was opened,
+        or it is damaged."""
+        now = _identity(self.path)
+        if self._opened is not None and now[0] == self._opened[0] and now != self._opened:
+            return IndexChangedError(self.path, error)
+        return PrepError(f"{self.path} cannot be read ({error}). {RERUN_PREPARE}")
+
     def excluded_places(self) -> list[tuple[int, int]]:
         """(tar_file_id, sample_index) of each sample a reader made with `excluded` leaves out: those of
         the keys it was given that the index holds in their shard."""
         if not self._excluded:
             return []
-        return self._db().execute("SELECT tar_file_id, sample_index FROM temp.excluded_samples").fetchall()
+        return self._all("SELECT tar_file_id, sample_index FROM temp.excluded_samples")
 
     def check(self) -> None:
         """Open and close a connection, so an unreadable index is reported before any work (and before a
@@ -474,22 +522,22 @@ class IndexReader:
 
     # -- samples ----------------------------------------------------------------------------------------
     def sample_by_key(self, key: str) -> SampleRow | None:
-        row = self._db().execute(f"{_SAMPLE} WHERE sample_key = ?{self._in_view('')}", (key,)).fetchone()
+        row = self._one(f"{_SAMPLE} WHERE sample_key = ?{self._in_view('')}", (key,))
         return None if row is None else SampleRow(*row)
 
     def sample_by_rowid(self, rowid: int) -> SampleRow | None:
-        row = self._db().execute(f"{_SAMPLE} WHERE rowid = ?{self._in_view('')}", (rowid,)).fetchone()
+        row = self._one(f"{_SAMPLE} WHERE rowid = ?{self._in_view('')}", (rowid,))
         return None if row is None else SampleRow(*row)
 
     def sample_place(self, key: str) -> tuple[int, int] | None:
         """(rowid, tar_file_id) of the sample called `key`, or None."""
         query = f"SELECT rowid, tar_file_id FROM samples WHERE sample_key = ?{self._in_view('')}"
-        return self._db().execute(query, (key,)).fetchone()
+        return self._one(query, (key,))
 
     def sample_shard(self, rowid: int) -> int | None:
         """The tar_file_id of the sample with this rowid, or None."""
         query = f"SELECT tar_file_id FROM samples WHERE rowid = ?{self._in_view('')}"
-        row = self._db().execute(query, (rowid,)).fetchone()
+        row = self._one(query, (rowid,))
         return None if row is None else row[0]
 
     def samples_of_shard(self, tar_file_id: int, after_index: int = -1) -> Iterator[SampleRow]:
@@ -509,7 +557,7 @@ class IndexReader:
         query = (
             f"SELECT sample_key, rowid FROM samples WHERE rowid > ?{self._in_view('')} ORDER BY rowid LIMIT ?"
         )
-        return self._db().execute(query, (after_rowid, limit)).fetchall()
+        return self._all(query, (after_rowid, limit))
 
     def shard_samples_page(
         self, tar_file_id: int, after_index: int, limit: int
@@ -519,12 +567,12 @@ class IndexReader:
             "SELECT sample_key, rowid, sample_index FROM samples WHERE tar_file_id = ? AND sample_index > ?"
             f"{self._in_view('')} ORDER BY sample_index LIMIT ?"
         )
-        return self._db().execute(query, (tar_file_id, after_index, limit)).fetchall()
+        return self._all(query, (tar_file_id, after_index, limit))
 
     # -- parts --------------------------------------------------------------------------------------------
     def parts_of_sample(self, tar_file_id: int, index: int) -> list[tuple[str, PartLocation]]:
         """(part name, location) of every part of one sample, in tar order."""
-        rows = self._db().execute(
+        rows = self._all(
             "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts"
             " WHERE tar_file_id = ? AND sample_index = ? ORDER BY content_byte_offset",
             (tar_file_id, index),
@@ -541,21 +589,21 @@ class IndexReader:
         return self._part_rows(self._parts_between, (first_rowid, stop_rowid))
 
     def _part_rows(self, query: str, parameters: tuple) -> list[PartRow]:
-        return self._db().execute(query, parameters).fetchall()
+        return self._all(query, parameters)
 
     def part_location(self, part_rowid: int) -> PartLocation | None:
         query = "SELECT tar_file_id, content_byte_offset, content_byte_size FROM sample_parts WHERE rowid = ?"
-        row = self._db().execute(query, (part_rowid,)).fetchone()
+        row = self._one(query, (part_rowid,))
         return None if row is None else PartLocation(*row)
 
     def part_place(self, part_rowid: int) -> tuple[str, str, int] | None:
         """(sample key, part name, tar_file_id) of the part with this rowid, or None."""
-        return self._db().execute(_PART_PLACE, (part_rowid,)).fetchone()
+        return self._one(_PART_PLACE, (part_rowid,))
 
     def part_files_page(self, after_rowid: int, limit: int) -> list[tuple[str, int, int]]:
         """(`KEY.PART`, part rowid, size) of up to `limit` parts after `after_rowid`, in rowid order; of
         a part name a sample holds more than once, only its last member (the one energon loads)."""
-        return self._db().execute(self._part_files_page, (after_rowid, limit)).fetchall()
+        return self._all(self._part_files_page, (after_rowid, limit))
 
     def parts_named(self, part_name: str) -> Iterator[tuple[str, PartLocation]]:
         """(sample key, location) of every part called `part_name`, shard by shard in tar order."""
@@ -579,12 +627,12 @@ class IndexReader:
             " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
             f" WHERE 1{self._in_view('sp.')}"
         )
-        return {name for (name,) in self._db().execute(query)}
+        return {name for (name,) in self._all(query)}
 
     def part_usage(self) -> tuple[int, int]:
         """(total bytes, count) of the parts `part_files_page` lists."""
         query = "SELECT COALESCE(SUM(sp.content_byte_size), 0), COUNT(*) FROM sample_parts sp WHERE 1"
-        total, count = self._db().execute(query + self._in_view("sp.") + _LAST_OF_ITS_NAME).fetchone()
+        total, count = self._one(query + self._in_view("sp.") + _LAST_OF_ITS_NAME)
         return int(total), int(count)
 
     # -- whole columns ------------------------------------------------------------------------------------

@@ -41,8 +41,6 @@ FOLDER, SAMPLE, PART = 1, 2, 3  # node kinds, the low two bits of a node id
 CACHED_SAMPLES = 8192
 #: Samples visited in rowid order have their parts read this many samples at a time.
 SAMPLES_AHEAD = 128
-#: How much of index.sqlite lookups read through a memory mapping instead of a read() per page.
-INDEX_MAP_BYTES = 64 << 20
 
 _ESCAPE = {"%": "%25", "/": "%2F", "\0": "%00"}
 _UNESCAPE_RE = re.compile(r"%(25|2F|00|2E)")
@@ -202,9 +200,7 @@ class MountTree:
         if split is not None:  # the samples energon's loader gives for the split, and no others
             self.allowed = frozenset(dataset.tar_file_id(name) for name in shard_names)
             excluded = dataset.excluded_samples()
-        self.index = IndexReader(
-            dataset.sqlite_path, shards=self.allowed, excluded=excluded, mmap_bytes=INDEX_MAP_BYTES
-        )
+        self.index = IndexReader(dataset.sqlite_path, shards=self.allowed, excluded=excluded)
         # The shard view's folders (shards number thousands, not millions): children by shown name, and
         # for a shard's own folder the shard's tar_file_id. Folder 0 is the root.
         self._folders: list[dict[str, int]] = [{}]

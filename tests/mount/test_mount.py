@@ -367,6 +367,27 @@ def test_requests_failing_under_a_background_mount_are_told_in_its_log_file_a_fe
     )
 
 
+def test_an_index_truncated_in_place_under_a_background_mount_is_an_io_error_said_in_its_log_file(
+    many_samples, tmp_path
+):
+    # The server read index.sqlite through a memory mapping: the next lookup past the truncation was a
+    # SIGBUS, which killed it without a word, and every reader got ENOTCONN.
+    dataset = writable_copy(many_samples, tmp_path / "dataset")
+    index = dataset / ".nv-meta" / "index.sqlite"
+    expected = expected_files(dataset, "flat")
+    first, last = min(expected), max(expected)  # on index pages far apart
+    log = tmp_path / "mount.log"
+    with Mounted(dataset, tmp_path / "mnt", "--log-file", str(log)) as mounted:
+        assert (mounted.mountpoint / first).read_bytes() == expected[first]
+        os.truncate(index, 4096)
+        with pytest.raises(OSError) as raised:
+            (mounted.mountpoint / last).read_bytes()
+        assert raised.value.errno == errno.EIO
+        assert (mounted.mountpoint / first).read_bytes() == expected[first]  # the mount goes on
+    told = log.read_text()
+    assert f"{index} changed while it was read (truncated or rewritten in place" in told, told
+
+
 @pytest.mark.parametrize("log_was_there", [False, True], ids=["created", "there before"])
 def test_a_mount_that_fails_removes_the_log_file_it_created_and_keeps_one_it_did_not(
     base, tmp_path, log_was_there
