@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -88,6 +89,8 @@ class PreparedDataset:
         self._nowait_reads = hasattr(os, "RWF_NOWAIT")
         #: tar_file_id -> (size, mtime in ns) each shard file must still have when opened; None: no check.
         self._shard_files: dict[int, tuple[int, int]] | None = None
+        #: tar_file_ids whose files had changed already when `expect_unchanged` looked: never read.
+        self._changed_before: set[int] = set()
         #: Each split file as read, once (`SplitFilesRead`, which the caller may share between datasets).
         self._split_files: SplitFilesRead = {} if split_files_read is None else split_files_read
 
@@ -207,23 +210,38 @@ class PreparedDataset:
             if users:
                 self._fd_users[fd] = users
 
-    def expect_unchanged(self, shards: Iterable[str]) -> None:
+    def expect_unchanged(self, shards: Iterable[str]) -> dict[str, tuple[int, int]]:
         """Record the size and modification time of these shards' files now (one stat each; a shard that
         cannot be stat'ed, when it first opens). From then on a shard file that opens with others (it was
         replaced or rewritten) raises ShardChangedError instead of being read at the index's offsets. A
-        descriptor opened before keeps reading its own file, the one the index describes."""
+        descriptor opened before keeps reading its own file, the one the index describes.
+
+        Returns the shards already changed since they were indexed, as far as their size tells (shorter
+        than their last sample's end: truncated, or another file in their place), as shard -> (file size,
+        end of its last sample); reading them raises ShardChangedError too. A shard rewritten in place to
+        the same size or longer is not seen, here or later."""
+        ends = self.index.shard_ends(len(self.shards))
         recorded: dict[int, tuple[int, int]] = {}
+        short: dict[str, tuple[int, int]] = {}
         for shard in shards:
             try:
                 found = os.stat(self.shard_path(shard))
             except OSError:
                 continue
-            recorded[self.tar_file_id(shard)] = (found.st_size, found.st_mtime_ns)
+            tar_file_id = self.tar_file_id(shard)
+            end = ends[tar_file_id]
+            if end is not None and found.st_size < end and stat.S_ISREG(found.st_mode):
+                short[shard] = (found.st_size, end)
+                self._changed_before.add(tar_file_id)
+            recorded[tar_file_id] = (found.st_size, found.st_mtime_ns)
         self._shard_files = recorded
+        return short
 
     def _open_shard(self, tar_file_id: int) -> int:
         """Open a shard file, closing unused ones to stay within OPEN_SHARD_FILES and the process's limit
         of open files, and check it is the file `expect_unchanged` recorded. Called with `_fd_lock` held."""
+        if tar_file_id in self._changed_before:
+            raise ShardChangedError(self.shards[tar_file_id])
         path = self.shard_path(self.shards[tar_file_id])
         if len(self._fds) >= OPEN_SHARD_FILES:
             self._close_unused(1)

@@ -375,6 +375,11 @@ _PART_FILES_PAGE = (
     " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
     " WHERE sp.rowid > ?{shards}" + _LAST_OF_ITS_NAME + " ORDER BY sp.rowid LIMIT ?"
 )
+_SHARD_ENDS = (
+    "WITH RECURSIVE shard(id) AS (SELECT 0 WHERE ?1 >= 0 UNION ALL SELECT id + 1 FROM shard WHERE id < ?1)"
+    " SELECT id, (SELECT byte_offset + byte_size FROM samples WHERE tar_file_id = id"
+    " ORDER BY sample_index DESC LIMIT 1) FROM shard"
+)
 _PART_PLACE = (
     "SELECT s.sample_key, sp.part_name, sp.tar_file_id FROM sample_parts sp"
     " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index WHERE sp.rowid = ?"
@@ -533,6 +538,12 @@ class IndexReader:
         """(rowid, tar_file_id) of the sample called `key`, or None."""
         query = f"SELECT rowid, tar_file_id FROM samples WHERE sample_key = ?{self._in_view('')}"
         return self._one(query, (key,))
+
+    def shard_ends(self, shards: int) -> list[int | None]:
+        """Where the last sample of each of the first `shards` tar_file_ids ends in its shard (None for
+        a shard without samples): how long each shard file must be at least. One index seek per shard."""
+        rows = self._all(_SHARD_ENDS, (shards - 1,))
+        return [end for _, end in rows]
 
     def sample_shard(self, rowid: int) -> int | None:
         """The tar_file_id of the sample with this rowid, or None."""

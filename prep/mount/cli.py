@@ -132,6 +132,8 @@ def mount_command(
         _check_mountpoint(mountpoint, tree.dataset)
         pid = serve_in_background(tree, str(mountpoint)) if background else None
     if background:
+        if tree.warning is not None:  # said in the log too, but the user is here now
+            click.echo(f"Warning: {tree.warning}", err=True)
         click.echo(f"{READY_PREFIX}{mountpoint} (pid {pid}); unmount with `shardprep umount {mountpoint}`.")
         if said.where is None:
             click.echo(

@@ -27,9 +27,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import groupby
+from itertools import groupby, islice
 from operator import itemgetter
 
+from prep.errors import MAX_REPORTED_ERRORS
 from prep.index.dataset import PreparedDataset, ShardChangedError
 from prep.index.group import key_and_part
 from prep.index.sqlite import IndexReader, PartLocation, PartRow
@@ -192,9 +193,15 @@ class MountTree:
         self.flat = self.view is View.FLAT
         self.split = split
         shard_names = dataset.split_shards(split)
-        dataset.expect_unchanged(shard_names)  # the files the index describes: a changed one is EIO
+        # The files the index describes: a changed one is EIO. Those changed already are said now.
+        changed = dataset.expect_unchanged(shard_names)
+        dataset.index.close()  # a connection must not be carried into a forked server
         #: Shards found changed and said so in `messages` (each once).
-        self._changed_shards: set[str] = set()
+        self._changed_shards: set[str] = set(changed)
+        #: What was said at the start of the mount about shards changed before it; None if nothing.
+        self.warning = None if not changed else _changed_before(dataset, changed)
+        if self.warning is not None:
+            messages.say(self.warning)
         self.allowed: frozenset[int] | None = None
         excluded = None
         if split is not None:  # the samples energon's loader gives for the split, and no others
@@ -415,8 +422,7 @@ class MountTree:
         self._changed_shards.add(shard)
         self.messages.say(
             f"{self.dataset.shard_path(shard)} changed (replaced or rewritten) while mounted; its files read"
-            f" as I/O errors. Prepare the dataset again (`shardprep prepare {self.dataset.root}`) and mount it"
-            " anew."
+            f" as I/O errors. {_prepare_again(self.dataset)}"
         )
         return told
 
@@ -424,6 +430,27 @@ class MountTree:
         """Close every thread's connection and the dataset's shard files."""
         self.index.close()
         self.dataset.close()
+
+
+def _prepare_again(dataset: PreparedDataset) -> str:
+    return f"Prepare the dataset again (`shardprep prepare {dataset.root}`) and mount it anew."
+
+
+def _changed_before(dataset: PreparedDataset, changed: dict[str, tuple[int, int]]) -> str:
+    """What to say of shards that had changed since they were indexed (shard -> (size, indexed end))."""
+    named = [
+        f"{dataset.shard_path(shard)} ({size:,} bytes; its indexed samples run to byte {end:,})"
+        for shard, (size, end) in islice(changed.items(), MAX_REPORTED_ERRORS)
+    ]
+    if len(changed) > MAX_REPORTED_ERRORS:
+        named.append(f"and {len(changed) - MAX_REPORTED_ERRORS:,} more")
+    one = len(changed) == 1
+    return (
+        f"{len(changed):,} shard{'' if one else 's'} changed after the dataset was prepared (shorter than"
+        f" {'its' if one else 'their'} index says: truncated, or another file in {'its' if one else 'their'}"
+        f" place): {', '.join(named)}. {'Its' if one else 'Their'} files read as I/O errors; the other shards"
+        f" are served. {_prepare_again(dataset)}"
+    )
 
 
 def _shard_gone(error: FileNotFoundError) -> OSError:

@@ -50,6 +50,7 @@ class Mounted:
         self.mountpoint = mountpoint
         result = run_shardprep("mount", str(dataset), str(mountpoint), *args, check=True)
         self.said = result.stdout
+        self.warned = result.stderr
         match = re.search(r"mounted at (.+) \(pid (\d+)\)", result.stdout)
         assert match, result.stdout
         self.pid = int(match.group(2))
@@ -328,6 +329,26 @@ def test_a_shard_replaced_under_a_background_mount_is_said_once_in_its_log_file(
     assert len(lines) == 1, lines  # said once
     assert f"{dataset / 'shard-001.tar'} changed (replaced or rewritten) while mounted" in lines[0]
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
+
+
+def test_a_shard_changed_before_mounting_is_named_at_mount_and_its_files_are_io_errors(base, tmp_path):
+    # Only a change while mounted was caught: a shard changed between prepare and mount (here another,
+    # shorter shard copied over it) was read at the index's offsets, and its files had other bytes.
+    dataset = writable_copy(prepared_dataset(base, "shardprep"), tmp_path / "dataset")
+    expected = expected_files(dataset, "shard")
+    shutil.copy(dataset / "shard-004.tar", dataset / "shard-001.tar")
+    log = tmp_path / "mount.log"
+    with Mounted(dataset, tmp_path / "mnt", "--view", "shard", "--log-file", str(log)) as mounted:
+        with pytest.raises(OSError) as raised:
+            (mounted.mountpoint / "shard-001.tar/s1_000/txt").read_bytes()
+        assert raised.value.errno == errno.EIO
+        served = "shard-000.tar/s0_000/txt"
+        assert (mounted.mountpoint / served).read_bytes() == expected[served]
+    warning = "1 shard changed after the dataset was prepared (shorter than its index says"
+    assert warning in mounted.warned and f"{dataset / 'shard-001.tar'} (" in mounted.warned, mounted.warned
+    assert "shardprep prepare" in mounted.warned
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and warning in lines[0], lines  # and no more of it when read
 
 
 @pytest.mark.parametrize("where", ["in a missing folder", "a planted link"])
