@@ -116,6 +116,8 @@ class EarlyUpload:
         self._uploads: dict[str, Future[None]] = {}
         #: Set by `withdraw`: the multipart uploads on their way send no further part.
         self._stopping = threading.Event()
+        #: The first upload's failure, for `send` to raise.
+        self._failure: BaseException | None = None
 
     def start(self) -> None:
         """Begin the uploads (apart from making the object, so that whoever holds it can withdraw them
@@ -126,15 +128,18 @@ class EarlyUpload:
     def send(self, name: str, path: Path, then: Callable[[Path], None] | None = None) -> None:
         """Begin uploading one more file, `path`, as object `name`; `then(path)` once it is up. The first
         StorageError of an upload already over is raised here, so that the caller stops early."""
-        for upload in self._uploads.values():
-            if upload.done() and upload.exception() is not None:
-                raise upload.exception()  # type: ignore[misc]
+        if self._failure is not None:
+            raise self._failure
         self.files[name] = path
         self._submit(name, path, then)
 
     def _submit(self, name: str, path: Path, then: Callable[[Path], None] | None = None) -> None:
         def upload() -> None:
-            self.store.upload_file(name, path, self._stopping)
+            try:
+                self.store.upload_file(name, path, self._stopping)
+            except BaseException as error:
+                self._failure = self._failure or error
+                raise
             if then is not None:
                 then(path)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from prep.errors import PrepError
 from prep.storage.address import require_address
 from prep.storage.scratch import scratch_folder
-from prep.storage.store import ObjectStore, open_store
+from prep.storage.store import ObjectStore, StorageError, open_store
 from prep.storage.upload import (
     UPLOAD_THREADS,
     EarlyUpload,
@@ -71,6 +71,7 @@ def write_remote(
     leftovers = earlier_uploads(store, note)
     with scratch_folder(tmp_path, "write") as out_dir:
         shards = None if existing else ShardUploads(store, out_dir, keep=options.media_filter is not None)
+        uploading = False
         try:
             summary = write(sources, out_dir, options, progress, shards.send if shards else None)
             built = sorted(
@@ -79,10 +80,17 @@ def write_remote(
                 if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
             )
             abort_earlier_uploads(store, leftovers, built, note)
+            uploading = True
             upload_dataset(store, out_dir, built, shards.early if shards else None)
-        except BaseException:
-            if shards is not None:
-                shards.early.withdraw()  # the shards sent: the bucket is left as it was
+        except BaseException as error:
+            if shards is None:
+                raise
+            shards.early.withdraw()  # the shards sent: the bucket is left as it was
+            if isinstance(error, StorageError) and not uploading:  # a shard's upload stopped the write
+                raise StorageError(
+                    f"{error} The write stopped, and the shards it had sent were deleted: {address} is as it"
+                    " was."
+                ) from None
             raise
         delete_stale(store, sorted(set(existing) - set(built)))
         # the run's time is the write's and the upload's (the summary says "Wrote ... in N s")
@@ -93,7 +101,8 @@ def write_remote(
 class ShardUploads:
     """The shards of a write into an empty prefix, each sent up (`EarlyUpload`) as soon as the write has it
     whole, from a hard link beside `out_dir` (the staged file is renamed when the write commits), and
-    emptied once up unless `keep` (the write reads its shards again for `--media-metadata-by-*`)."""
+    emptied once up unless `keep` (the write reads its shards again for `--media-metadata-by-*`). Where
+    no hard link can be made (a file system without them), the shards go up after the write instead."""
 
     def __init__(self, store: ObjectStore, out_dir: Path, *, keep: bool) -> None:
         self.out_dir = out_dir
@@ -105,7 +114,10 @@ class ShardUploads:
     def send(self, final: Path, staged: Path) -> None:
         """Begin uploading the shard staged at `staged`, under its name in the dataset (`final`)."""
         link = self.links / str(len(self.early.files))
-        os.link(staged, link)
+        try:
+            os.link(staged, link)
+        except OSError:
+            return  # `upload_dataset` sends it with the rest
         self.early.send(final.relative_to(self.out_dir).as_posix(), link, self._sent)
 
     def _sent(self, link: Path) -> None:
