@@ -16,6 +16,7 @@ thread.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -387,24 +388,31 @@ _PART_PLACE = (
 
 
 class IndexChangedError(PrepError):
-    """A query of an index that was truncated or rewritten in place after it was opened."""
+    """An index that changed after it was opened: truncated or rewritten in place (`change` says how, with
+    sqlite's error), or replaced by another file under its name."""
 
-    def __init__(self, path: Path, error: sqlite3.DatabaseError) -> None:
+    def __init__(self, path: Path, change: str) -> None:
+        self.path, self.change = path, change
         super().__init__(
-            f"{path} changed while it was read (truncated or rewritten in place; sqlite: {error}): what"
-            " was opened cannot be read any more. Open the dataset anew (a mount: unmount it and mount"
-            " again) once what writes the index is done; `shardprep prepare` writes a new index and renames"
-            " it into place, which readers of the old one survive."
+            f"{path} {change}. Open the dataset anew (a mount: unmount it and mount again) once what writes"
+            " the index is done."
         )
 
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.path, self.change))
 
-def _identity(path: Path) -> tuple[int, int, int]:
-    """(inode, size, mtime in ns) of a file; zeros if it cannot be found."""
-    try:
-        found = path.stat()
-    except OSError:
-        return (0, 0, 0)
-    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+#: How an index renamed over the one a reader opened is told (sqlite opens files by name only).
+REPLACED = (
+    "was replaced after it was opened (another file renamed into place, as `shardprep prepare` does): a"
+    " new connection would read the new file, whose row numbers name other samples and parts, so none is"
+    " made; connections made before go on reading the old one"
+)
+
+
+def _identity(found: os.stat_result) -> tuple[int, int, int, int]:
+    """(device, inode, size, mtime in ns) of a file: its first two say which file it is."""
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 class IndexReader:
@@ -418,9 +426,13 @@ class IndexReader:
     The file is read with read(), never memory-mapped: another process may truncate it in place (a
     mounted dataset prepared again by a tool that rewrites the index instead of replacing it), and a
     mapped page past the new end kills the reader with SIGBUS. Read, such an index is a query that fails
-    with an `IndexChangedError` saying what happened (and the pages already read still answer). A
-    replaced index (`shardprep prepare` renames a new one into place) is not seen: connections keep
-    reading the file they opened.
+    with an `IndexChangedError` saying what happened (and the pages already read still answer).
+
+    Every connection reads the file the first one opened, until `close`. sqlite opens a file only by
+    name (it resolves `/proc/self/fd/N` to the name too, which after a rename is gone or another file),
+    so the reader holds a descriptor of that file, which keeps its inode from being reused, and a
+    connection made once the name is another file's (`shardprep prepare` renames a new index into
+    place) is refused with an `IndexChangedError`: its rowids would be other samples than the rest's.
     """
 
     def __init__(
@@ -431,8 +443,9 @@ class IndexReader:
         excluded: Mapping[int, Collection[str]] | None = None,
     ) -> None:
         self.path = path
-        #: (inode, size, mtime in ns) of the file when the first connection opened it.
-        self._opened: tuple[int, int, int] | None = None
+        #: A descriptor of the file the first connection opened, held until `close`, and its identity then.
+        self._held: int | None = None
+        self._opened: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -466,8 +479,10 @@ class IndexReader:
             raise unreadable_error(self.path, unreadable)
         # immutable: no locks or change checks per query (each costs syscalls); readers see a snapshot
         uri = self.path.resolve().as_uri() + "?mode=ro&immutable=1"
-        if self._opened is None:
-            self._opened = _identity(self.path)
+        with self._lock:
+            if self._held is None:
+                self._held = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                self._opened = _identity(os.fstat(self._held))
         try:
             connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
             connection.execute("SELECT 1 FROM samples LIMIT 1").fetchall()
@@ -477,6 +492,13 @@ class IndexReader:
                 f"{self.path} cannot be read as energon's index ({error}); it needs the tables `samples`"
                 f" and `sample_parts`. {RERUN_PREPARE}"
             ) from None
+        try:  # after sqlite has read it: the name then was this file's when sqlite opened it too
+            named = _identity(os.stat(self.path))
+        except OSError:
+            named = (0, 0, 0, 0)
+        if named[:2] != self._opened[:2]:
+            connection.close()
+            raise IndexChangedError(self.path, REPLACED)
         if self._excluded:
             connection.execute(_EXCLUDED_TABLE)
             connection.executemany(_EXCLUDE_SAMPLE, self._excluded)
@@ -500,9 +522,14 @@ class IndexReader:
     def _read_error(self, error: sqlite3.DatabaseError) -> PrepError:
         """What a query that failed with `error` says: the file changed in place since it was opened,
         or it is damaged."""
-        now = _identity(self.path)
-        if self._opened is not None and now[0] == self._opened[0] and now != self._opened:
-            return IndexChangedError(self.path, error)
+        try:
+            changed = self._held is not None and _identity(os.fstat(self._held)) != self._opened
+        except OSError:  # closed meanwhile
+            changed = False
+        if changed:
+            return IndexChangedError(
+                self.path, f"changed while it was read (truncated or rewritten in place; sqlite: {error})"
+            )
         return PrepError(f"{self.path} cannot be read ({error}). {RERUN_PREPARE}")
 
     def excluded_places(self) -> list[tuple[int, int]]:
@@ -518,11 +545,14 @@ class IndexReader:
         self._connect().close()
 
     def close(self) -> None:
-        """Close every thread's connection."""
+        """Close every thread's connection and let go of the file: a later query opens the one named then."""
         with self._lock:
             connections, self._connections = self._connections, []
+            held, self._held = self._held, None
         for db in connections:
             db.close()
+        if held is not None:
+            os.close(held)
         self._local = threading.local()
 
     # -- samples ----------------------------------------------------------------------------------------
