@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -500,9 +500,13 @@ class IndexReader:
             connection.close()
             raise IndexChangedError(self.path, REPLACED)
         if self._excluded:
-            connection.execute(_EXCLUDED_TABLE)
-            connection.executemany(_EXCLUDE_SAMPLE, self._excluded)
-            connection.commit()
+            try:
+                connection.execute(_EXCLUDED_TABLE)
+                connection.executemany(_EXCLUDE_SAMPLE, self._excluded)
+                connection.commit()
+            except sqlite3.DatabaseError as error:
+                connection.close()
+                raise self._read_error(error) from None
         return connection
 
     def _one(self, query: str, parameters: Sequence[object] = ()) -> tuple | None:
@@ -516,6 +520,16 @@ class IndexReader:
         """Every row `query` gives."""
         try:
             return self._db().execute(query, parameters).fetchall()
+        except sqlite3.DatabaseError as error:
+            raise self._read_error(error) from None
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, for queries read a row at a time or in several steps: one that
+        fails is a PrepError (`_read_error`), as in `_one` and `_all`."""
+        db = self._db()
+        try:
+            yield db
         except sqlite3.DatabaseError as error:
             raise self._read_error(error) from None
 
@@ -583,15 +597,16 @@ class IndexReader:
 
     def samples_of_shard(self, tar_file_id: int, after_index: int = -1) -> Iterator[SampleRow]:
         """The samples of one shard in order, starting after `after_index` (a lazily stepped cursor)."""
-        cursor = self._db().execute(
-            f"{_SAMPLE} WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
-            (tar_file_id, after_index),
-        )
-        try:
-            for row in cursor:
-                yield SampleRow(*row)
-        finally:
-            cursor.close()
+        with self._reading() as db:
+            cursor = db.execute(
+                f"{_SAMPLE} WHERE tar_file_id = ? AND sample_index > ? ORDER BY sample_index",
+                (tar_file_id, after_index),
+            )
+            try:
+                for row in cursor:
+                    yield SampleRow(*row)
+            finally:
+                cursor.close()
 
     def samples_page(self, after_rowid: int, limit: int) -> list[tuple[str, int]]:
         """(key, rowid) of up to `limit` samples after `after_rowid`, in rowid order."""
@@ -648,18 +663,19 @@ class IndexReader:
 
     def parts_named(self, part_name: str) -> Iterator[tuple[str, PartLocation]]:
         """(sample key, location) of every part called `part_name`, shard by shard in tar order."""
-        cursor = self._db().execute(
-            "SELECT s.sample_key, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
-            " FROM sample_parts sp"
-            " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
-            f" WHERE sp.part_name = ?{self._in_view('sp.')} ORDER BY sp.tar_file_id, sp.content_byte_offset",
-            (part_name,),
-        )
-        try:
-            for key, tar_file_id, offset, size in cursor:
-                yield key, PartLocation(tar_file_id, offset, size)
-        finally:
-            cursor.close()
+        with self._reading() as db:
+            cursor = db.execute(
+                "SELECT s.sample_key, sp.tar_file_id, sp.content_byte_offset, sp.content_byte_size"
+                " FROM sample_parts sp"
+                " JOIN samples s ON s.tar_file_id = sp.tar_file_id AND s.sample_index = sp.sample_index"
+                f" WHERE sp.part_name = ?{self._in_view('sp.')} ORDER BY sp.tar_file_id, sp.content_byte_offset",
+                (part_name,),
+            )
+            try:
+                for key, tar_file_id, offset, size in cursor:
+                    yield key, PartLocation(tar_file_id, offset, size)
+            finally:
+                cursor.close()
 
     def entry_names(self) -> set[str]:
         """Every part's name as energon looks an auxiliary dataset's file up: `KEY.PART`."""
@@ -685,8 +701,8 @@ class IndexReader:
         first), named as `integers` maps names to columns, and the `text` column if one is named.
 
         sqlite joins each column of a million rows at a time into one string, which numpy parses: far
-        cheaper than a Python tuple per row. Raises PrepError, or sqlite3.Error, when a column holds
-        something else than its type.
+        cheaper than a Python tuple per row. Raises PrepError when a column holds something else than
+        its type, or the file cannot be read (`_read_error`).
         """
         import numpy as np
 
@@ -698,29 +714,31 @@ class IndexReader:
             + ([f"group_concat(ifnull({text}, ''), char(0))"] if text else [])
             + ([f"total({name} IS NULL)" for name in names] if null_is_error else [])
         )
-        db = self._db()
-        chunks = []
-        try:  # rowid order is storage order, the cheapest to scan; chunks keep each string small
-            query = (
-                f"SELECT count(*), max(row), {aggregates} FROM (SELECT rowid AS row, {', '.join(names)}"
-                f" FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT {COLUMN_CHUNK_ROWS})"
-            )
-            last = None
-            while not chunks or chunks[-1][0] == COLUMN_CHUNK_ROWS:
-                count, last, *values = db.execute(query, (-(1 << 63) if last is None else last,)).fetchone()
-                chunks.append((count, *values))
-        except sqlite3.OperationalError:  # a table without rowid: one query for all of it
-            chunks = [db.execute(f"SELECT count(*), {aggregates} FROM {table}").fetchone()]
-        chunks = [chunk for chunk in chunks if chunk[0]]
-        if null_is_error:
-            nulls = [sum(int(chunk[-len(names) + i]) for chunk in chunks) for i in range(len(names))]
-            chunks = [chunk[: -len(names)] for chunk in chunks]
-            for column, count in zip(names, nulls, strict=True):
-                if count:
-                    first = db.execute(
-                        f"SELECT tar_file_id, sample_index FROM {table} WHERE {column} IS NULL LIMIT 1"
+        with self._reading() as db:
+            chunks = []
+            try:  # rowid order is storage order, the cheapest to scan; chunks keep each string small
+                query = (
+                    f"SELECT count(*), max(row), {aggregates} FROM (SELECT rowid AS row, {', '.join(names)}"
+                    f" FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT {COLUMN_CHUNK_ROWS})"
+                )
+                last = None
+                while not chunks or chunks[-1][0] == COLUMN_CHUNK_ROWS:
+                    count, last, *values = db.execute(
+                        query, (-(1 << 63) if last is None else last,)
                     ).fetchone()
-                    raise NullRowsError(table, column, count, tuple(first))
+                    chunks.append((count, *values))
+            except sqlite3.OperationalError:  # a table without rowid: one query for all of it
+                chunks = [db.execute(f"SELECT count(*), {aggregates} FROM {table}").fetchone()]
+            chunks = [chunk for chunk in chunks if chunk[0]]
+            if null_is_error:
+                nulls = [sum(int(chunk[-len(names) + i]) for chunk in chunks) for i in range(len(names))]
+                chunks = [chunk[: -len(names)] for chunk in chunks]
+                for column, count in zip(names, nulls, strict=True):
+                    if count:
+                        first = db.execute(
+                            f"SELECT tar_file_id, sample_index FROM {table} WHERE {column} IS NULL LIMIT 1"
+                        ).fetchone()
+                        raise NullRowsError(table, column, count, tuple(first))
         columns = {
             name: np.concatenate(
                 [np.zeros(0, np.int64)] + [parse_integers(chunk[1 + i], chunk[0], column) for chunk in chunks]

@@ -10,8 +10,12 @@ from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
+from prep.errors import PrepError
 from prep.index.format import SAMPLE_PARTS_TABLE, SAMPLES_TABLE, SECONDARY_INDEXES
 from prep.index.sqlite import IndexChangedError, IndexReader
+from tests.support.damaged_index import zero_leaf_pages
 
 
 def write_index(path: Path, prefix: str, samples: int = 50) -> Path:
@@ -58,4 +62,36 @@ def test_a_thread_connecting_after_the_index_was_renamed_over_never_reads_the_ne
     assert isinstance(late, IndexChangedError), late
     assert f"{index} was replaced after it was opened" in str(late)
     assert reader.sample_by_rowid(1).key == "old-00000"  # a connection made before goes on reading
+    reader.close()
+
+
+#: The reads that went past `_one`/`_all` and raised sqlite's own error: (table damaged, read).
+WHOLE_READS: dict[str, tuple[str, Callable[[IndexReader], object]]] = {
+    "samples_of_shard": ("samples", lambda reader: list(reader.samples_of_shard(0))),
+    "parts_named": ("sample_parts", lambda reader: list(reader.parts_named("txt"))),
+    "columns of samples": (
+        "samples",
+        lambda reader: reader.columns("samples", {"i": "sample_index"}, "sample_key"),
+    ),
+    "columns of sample_parts": (
+        "sample_parts",
+        lambda reader: reader.columns("sample_parts", {"o": "content_byte_offset"}, "part_name"),
+    ),
+}
+
+
+@pytest.mark.parametrize("read", list(WHOLE_READS))
+def test_a_damaged_page_met_by_a_lazy_or_whole_column_read_is_a_prep_error_naming_the_file(tmp_path, read):
+    index = write_index(tmp_path / "index.sqlite", "sample-", samples=2000)
+    table, call = WHOLE_READS[read]
+    zero_leaf_pages(index, table)
+    reader = IndexReader(index)
+    assert reader.sample_by_rowid(1).key == "sample-00000"  # opening reads the first pages: still fine
+    with pytest.raises(PrepError) as raised:
+        call(reader)
+    assert not isinstance(raised.value, IndexChangedError)  # damaged before it was opened, not since
+    assert str(raised.value) == (
+        f"{index} cannot be read (database disk image is malformed). Re-run `shardprep prepare` (or"
+        " `energon prepare`) on the dataset folder."
+    )
     reader.close()

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from prep.index.group import key_and_part
+from tests.support.damaged_index import dataset_with_damaged_index
 from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
 from tests.support.prepare import run_shardprep
 from tests.support.shards import sample_members, write_tarfile
@@ -258,3 +259,15 @@ def test_a_shard_split_yaml_excludes_is_not_said_to_be_in_no_split(base, tmp_pat
     with PreparedDataset(dataset) as prepared:
         stats = dataset_info(prepared)
     assert stats.unsplit_shards == [] and all(next(iter(shard)) not in s.split for s in stats.splits)
+
+
+@pytest.mark.parametrize("table", ["samples", "sample_parts"])
+def test_an_index_with_a_damaged_page_is_named_with_what_to_do_not_a_traceback(tmp_path, table):
+    # Reading every row of a column raised sqlite's own "database disk image is malformed".
+    dataset = dataset_with_damaged_index(tmp_path / "d", table)
+    result = run_shardprep("info", str(dataset))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(
+        f"Error: {dataset / '.nv-meta' / 'index.sqlite'} cannot be read (database disk image is malformed)."
+        " Re-run `shardprep prepare`"
+    ), result.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.damaged_index import dataset_with_damaged_index
 from tests.support.datasets import LONG_KEY, PREPARERS, prepared_dataset, tar_members, writable_copy
 from tests.support.prepare import run_shardprep
 
@@ -187,3 +188,14 @@ def test_a_sample_split_yaml_excludes_is_not_previewed_in_its_split(base, tmp_pa
     with PreparedDataset(dataset) as prepared:
         assert [sample.key for sample in first_samples(prepared, "train", 2)] == [shown[0], shown[2]]
         assert shown[1] in [sample.key for sample in first_samples(prepared, None, 100)]
+
+
+def test_a_damaged_page_among_the_samples_shown_is_named_with_what_to_do_not_a_traceback(tmp_path):
+    # The samples were read through a lazily stepped cursor that raised sqlite's own error.
+    dataset = dataset_with_damaged_index(tmp_path / "d", "samples")
+    result = run_shardprep("preview", str(dataset), "-n", "1500", "--limit", "0")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(
+        f"Error: {dataset / '.nv-meta' / 'index.sqlite'} cannot be read (database disk image is malformed)."
+        " Re-run `shardprep prepare`"
+    ), result.stderr
