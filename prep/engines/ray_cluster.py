@@ -429,11 +429,10 @@ class RayEngine:
         """Say (`notify`) when no live node has been able to run a task for `after` seconds, once for each
         such stretch (`CpuWatch`): Ray keeps the tasks waiting, without a word, until one joins, which an
         autoscaling cluster makes happen and any other never does."""
-        try:
-            nodes = self.ray.nodes()
-        except Exception:  # noqa: BLE001 - only a note: a cluster that cannot answer is for ray.get to report
+        node_cpus = self._node_cpus()
+        if node_cpus is None:  # only a note: a cluster that cannot answer is for ray.get to report
             return
-        why = unrunnable([node["Resources"].get("CPU", 0.0) for node in nodes if node["Alive"]])
+        why = unrunnable(node_cpus)
         if not self._cpus.due(why, time.monotonic(), after):
             return
         where = f"the Ray cluster at {self.address}" if self.address is not None else "this process's Ray"
@@ -444,6 +443,14 @@ class RayEngine:
             " on a machine of the cluster), give the head CPUs (`ray start --head --num-cpus N`), or run"
             " without --ray-address to start a local Ray instance."
         )
+
+    def _node_cpus(self) -> list[float] | None:
+        """The CPUs each live node of the cluster offers to tasks, or None if the cluster cannot say."""
+        try:
+            nodes = self.ray.nodes()
+        except Exception:  # noqa: BLE001 - for the caller to do without
+            return None
+        return [node["Resources"].get("CPU", 0.0) for node in nodes if node["Alive"]]
 
     def __exit__(self, *exc_info: object) -> None:
         try:
@@ -562,11 +569,17 @@ class RayEngine:
         Chunks get `STOP_GRACE` seconds to end by themselves; only those still running then are
         cancelled, killed with their worker. Ray 2.60's driver aborts the whole process ("An unexpected
         system state has occurred", task_manager.cc) when a cancel, forced or not, crosses the start or
-        the reply of the task it cancels, which cancelling chunks just submitted made likely."""
+        the reply of the task it cancels, which cancelling chunks just submitted made likely. Where no
+        live node can run a task (`unrunnable`), no chunk has started or can start: all are cancelled at
+        once, which Ray does on the spot for a task still waiting for a node."""
         ray = self.ray
         if not refs:
             return
-        _, running = ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE)
+        node_cpus = self._node_cpus()
+        if node_cpus is not None and unrunnable(node_cpus) is not None:
+            running = refs
+        else:
+            _, running = ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE)
         for ref in running:
             ray.cancel(ref, force=True)
         for ref in refs:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from prep.engines.ray_cluster import STOP_GRACE
 from prep.errors import PrepError, ShardError
 from prep.index.splits import SHUFFLE_SEED
 from prep.prepare import prepare_dataset
@@ -97,7 +98,8 @@ def test_a_cluster_with_no_cpu_for_a_task_is_said_at_once_and_ctrl_c_stops_the_w
     cluster_without_cpus: str, dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ray keeps tasks no node can run waiting, without a word, until a node that can joins (an autoscaler
-    starts one): the run says so at once, and Ctrl-C ends the wait, nothing written."""
+    starts one): the run says so at once, and Ctrl-C ends the wait at once (none of its chunks can have
+    started, so none is given STOP_GRACE to end), nothing written."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the head was started (`ray_head`)
     before = snapshot(dataset)
     command = [sys.executable, "-m", "prep", "prepare", str(dataset), *FLAGS]
@@ -118,12 +120,18 @@ def test_a_cluster_with_no_cpu_for_a_task_is_said_at_once_and_ctrl_c_stops_the_w
         while "no node of" not in said and time.monotonic() < deadline:
             with contextlib.suppress(queue.Empty):
                 said += lines.get(timeout=1)
+        time.sleep(1.5)  # the note comes just before the first chunks go to Ray: Ctrl-C once they wait
         run.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
         assert run.wait(timeout=60) != 0
+        stopping = time.monotonic() - interrupted
+        while not lines.empty():
+            said += lines.get()
     assert f"no node of the Ray cluster at {cluster_without_cpus} can run a task of this run now" in said
     assert "each asks for 1 CPU, and its one node offers no CPU to tasks" in said
     assert "--num-cpus N" in said and "run without --ray-address" in said
     assert snapshot(dataset) == before
+    assert stopping < STOP_GRACE and "unexpected system state" not in said, f"{stopping:.1f} s: {said}"
 
 
 def test_the_local_engine_never_imports_ray() -> None:
