@@ -74,7 +74,8 @@ MAX_CHUNK = 16
 STOP_TIMEOUT = 30.0
 #: Seconds the chunks in flight have to end by themselves when a run stops early, before they are killed.
 STOP_GRACE = 5.0
-#: Seconds a cluster's address has to answer a TCP connection before the run gives up on it.
+#: Seconds a cluster's address has to answer a TCP connection before the run gives up on it, and Ray's
+#: client (`check_token`) before the token check steps aside.
 CONNECT_TIMEOUT = 5.0
 #: The CPUs each Ray task asks of the node that runs it (Ray's own default for a task, said here once).
 TASK_CPUS = 1
@@ -212,11 +213,13 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
         ) from None
 
 
-def check_token(address: str) -> None:
+def check_token(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     """A PrepError saying what to do if the Ray cluster at `address` (HOST:PORT) asks for a token that this
     process will not send, or sends wrong: ray.init would try for 20 s, warning each second, and then say
     only that it could not connect. One request, through Ray's own client (not a public API of Ray: if it
-    has changed, ray.init is left to find out); any other failure is ray.init's to report, too.
+    has changed, ray.init is left to find out); any other failure is ray.init's to report, too, as is an
+    address that has not answered as a Ray cluster within `timeout` seconds (Ray's client has no timeout
+    of its own below 40 s: it is left to end in a thread of its own).
 
     >>> check_token("auto")
     """
@@ -232,13 +235,22 @@ def check_token(address: str) -> None:
             return  # ray.init says so at once, where Ray's client would abort the process
     except Exception:  # noqa: BLE001 - Ray's internals have changed: ray.init reports what is wrong
         return
-    try:
-        GcsClient(address=address)
-    except AuthenticationError:
+    refused: list[AuthenticationError] = []
+
+    def ask() -> None:
+        try:
+            GcsClient(address=address)
+        except AuthenticationError as error:
+            refused.append(error)
+        except Exception:  # noqa: BLE001 - not about the token: ray.init tries again, and reports it
+            pass
+
+    asking = threading.Thread(target=ask, name="shardprep token check", daemon=True)
+    asking.start()
+    asking.join(timeout)
+    if refused:
         why = "the token this run sends is not its" if sends else _NOT_SENT
         raise _token_refused(address, why) from None
-    except Exception:  # noqa: BLE001 - not about the token: ray.init tries again, and reports it
-        return
 
 
 #: Why a driver that is not in token mode sends no token.
