@@ -41,17 +41,19 @@ node that did leaves mid-run, it says so once the wait for a result has lasted `
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import pickle
+import secrets
 import signal
 import socket
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -83,6 +85,8 @@ TASK_CPUS = 1
 #: Ray does by itself only for a cluster it finds (`auto`), never for an address given: that would hand
 #: the token to whatever answers there.
 AUTH_MODE = "RAY_AUTH_MODE"
+#: The environment variables with which a user chooses Ray's token authentication and where its token is.
+AUTH_CHOICES = (AUTH_MODE, "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 #: Seconds a run waits for a result, no live node able to run a task, before it says so (mid-run: every
 #: node with CPUs has left).
 CPU_WAIT = 20.0
@@ -266,6 +270,23 @@ def _token_refused(address: str, why: str) -> PrepError:
     )
 
 
+@contextlib.contextmanager
+def token_of_its_own() -> Iterator[None]:
+    """A token for a local instance, only in this process's environment (RAY_AUTH_TOKEN, which its
+    processes inherit) while the block runs, unless the user chose Ray's token authentication (an
+    `AUTH_CHOICES` variable set): Ray 2.60 turns it on for a local instance and, finding no token, writes
+    one to ~/.ray/auth_token, which the user's next `ray start --head` then finds and turns it on with."""
+    if any(name in os.environ for name in AUTH_CHOICES):
+        yield
+        return
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    try:
+        yield
+    finally:
+        for name in AUTH_CHOICES:  # ray.init sets RAY_AUTH_MODE=token beside it
+            os.environ.pop(name, None)
+
+
 def unrunnable(node_cpus: list[float], needed: float = TASK_CPUS) -> str | None:
     """Why no node can run a task that asks for `needed` CPUs, given the CPUs each live node of the
     cluster offers to tasks; None if one can.
@@ -397,6 +418,7 @@ class RayEngine:
         self._remote: Any = None
         self._maps: list[Generator[Any, None, None]] = []
         self._cpus = CpuWatch()
+        self._local = contextlib.ExitStack()  # what a local instance started here needs while it runs
 
     def __enter__(self) -> RayEngine:
         self._entered = True
@@ -409,6 +431,8 @@ class RayEngine:
             if self.address is not None:
                 check_reachable(self.address)
                 check_token(self.address)
+            else:
+                self._local.enter_context(token_of_its_own())
             # ray.init makes SIGTERM exit at once, with a stack dump; keep the command's own handling
             # (SIGTERM unwinds like Ctrl-C, so what was staged is removed and the run says so).
             on_sigterm = signal.getsignal(signal.SIGTERM)
@@ -472,14 +496,15 @@ class RayEngine:
             self._shut_down()
 
     def _shut_down(self) -> None:
-        if self._started:
-            on_sigterm = signal.getsignal(signal.SIGTERM)
-            try:
-                self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
-            finally:
-                _keep_handler(signal.SIGTERM, on_sigterm)  # shutdown resets it: SIGTERM must still unwind
-                if self._watcher is not None:
-                    self._watcher.close()
+        with self._local:
+            if self._started:
+                on_sigterm = signal.getsignal(signal.SIGTERM)
+                try:
+                    self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
+                finally:
+                    _keep_handler(signal.SIGTERM, on_sigterm)  # shutdown resets it: SIGTERM must still unwind
+                    if self._watcher is not None:
+                        self._watcher.close()
 
     def _stop_half_started(self) -> None:
         """After ray.init was interrupted: shut down what it started, and kill what outlives that."""

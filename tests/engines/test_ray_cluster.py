@@ -118,8 +118,14 @@ with RayEngine(workers=1) as engine:
 
 def ray_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of a driver whose local Ray instance keeps its files (and so names in its processes'
-    command lines) a short path under the test's temporary folder (Ray's socket paths must stay short)."""
-    return {**os.environ, "RAY_TMPDIR": str(tmp_path_factory.mktemp("r"))}
+    command lines) a short path under the test's temporary folder (Ray's socket paths must stay short),
+    with an empty home folder of its own and no choice of Ray's token authentication, as a user's."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH_")}
+    return {
+        **env,
+        "RAY_TMPDIR": str(tmp_path_factory.mktemp("r")),
+        "HOME": str(tmp_path_factory.mktemp("home")),
+    }
 
 
 def start_driver(script: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Popen, dict]:
@@ -194,7 +200,7 @@ def test_sigterm_unwinds_the_driver_like_ctrl_c_and_stops_the_local_instance(
 
 
 SHUT_DOWN_DRIVER = """
-import signal
+import os, signal
 from prep.engines.ray_cluster import RayEngine
 
 def interrupt(signum, frame):
@@ -206,17 +212,34 @@ with RayEngine(workers=1) as engine:
     print("ready", flush=True)
 caught = int(next(l for l in open("/proc/self/status") if l.startswith("SigCgt")).split()[1], 16)
 print("SIGTERM caught" if caught >> (signal.SIGTERM - 1) & 1 else "SIGTERM not caught", flush=True)
+print(os.environ["HOME"], sorted(name for name in os.environ if name.startswith("RAY_AUTH_")), flush=True)
 """
 
 
+@pytest.fixture(scope="module")
+def finished_driver(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str]:
+    """A driver that ran its local instance to the end (SHUT_DOWN_DRIVER): what it printed, and stderr."""
+    driver, _ = start_driver(SHUT_DOWN_DRIVER, tmp_path_factory)
+    out, err = driver.communicate(timeout=60)
+    return out.splitlines(), err
+
+
 def test_sigterm_still_unwinds_the_driver_after_the_instance_is_shut_down(
-    tmp_path_factory: pytest.TempPathFactory,
+    finished_driver: tuple[list[str], str],
 ) -> None:
     """ray.shutdown resets SIGTERM in the kernel to its default (kill at once), though Python's table still
     names the command's handler: the rest of the run (the index written, put in place) would die mid-way."""
-    driver, _ = start_driver(SHUT_DOWN_DRIVER, tmp_path_factory)
-    out, err = driver.communicate(timeout=60)
-    assert out == "SIGTERM caught\n", err
+    out, err = finished_driver
+    assert out[:1] == ["SIGTERM caught"], err
+
+
+def test_a_local_instance_leaves_nothing_in_the_users_home(finished_driver: tuple[list[str], str]) -> None:
+    """Ray 2.60 turns token authentication on for a local instance and, finding no token, writes one to
+    ~/.ray/auth_token, which the user's next `ray start --head` finds and turns token authentication on
+    with. The run's instance has a token of its own, in its environment only while it runs."""
+    out, err = finished_driver
+    home, auth = out[1].split(" ", 1)
+    assert [path.name for path in Path(home).rglob("*")] == [] and auth == "[]", (out, err)
 
 
 def test_an_unreachable_cluster_address_is_named_at_once(tmp_path: Path) -> None:
