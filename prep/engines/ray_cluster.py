@@ -221,9 +221,10 @@ def check_token(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     """A PrepError saying what to do if the Ray cluster at `address` (HOST:PORT) asks for a token that this
     process will not send, or sends wrong: ray.init would try for 20 s, warning each second, and then say
     only that it could not connect. One request, through Ray's own client (not a public API of Ray: if it
-    has changed, ray.init is left to find out); any other failure is ray.init's to report, too, as is an
-    address that has not answered as a Ray cluster within `timeout` seconds (Ray's client has no timeout
-    of its own below 40 s: it is left to end in a thread of its own).
+    has changed, ray.init is left to find out); any other failure is ray.init's to report, too. An address
+    that takes connections but has not answered as a Ray cluster within `timeout` seconds (another
+    service's port) is a PrepError: ray.init would wait on it for ever, deaf to SIGTERM (Ray's client has no
+    timeout of its own below 40 s: it is left to end in a thread of its own).
 
     >>> check_token("auto")
     """
@@ -252,6 +253,12 @@ def check_token(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     asking = threading.Thread(target=ask, name="shardprep token check", daemon=True)
     asking.start()
     asking.join(timeout)
+    if asking.is_alive():
+        raise PrepError(
+            f"Nothing at {address} answered as a Ray cluster within {timeout:g} s, though it takes"
+            " connections: give the address of the head node's GCS (`ray start --head` prints it; port 6379"
+            " unless changed), or, if that is what it is, check that the head is not too busy to answer."
+        )
     if refused:
         why = "the token this run sends is not its" if sends else _NOT_SENT
         raise _token_refused(address, why) from None
