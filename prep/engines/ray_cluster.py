@@ -42,6 +42,7 @@ node that did leaves mid-run, it says so once the wait for a result has lasted `
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -277,6 +278,14 @@ def _token_refused(address: str, why: str) -> PrepError:
     )
 
 
+@functools.cache
+def _own_token() -> str:
+    """This process's token for the local instances it starts: one for all of them, since Ray's loader
+    keeps the first token it read for the life of the process (a second instance with a new token would
+    refuse the driver: InvalidAuthToken)."""
+    return secrets.token_hex(32)
+
+
 @contextlib.contextmanager
 def token_of_its_own() -> Iterator[None]:
     """A token for a local instance, only in this process's environment (RAY_AUTH_TOKEN, which its
@@ -286,7 +295,7 @@ def token_of_its_own() -> Iterator[None]:
     if any(name in os.environ for name in AUTH_CHOICES):
         yield
         return
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    os.environ["RAY_AUTH_TOKEN"] = _own_token()
     try:
         yield
     finally:

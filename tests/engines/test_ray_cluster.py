@@ -213,6 +213,8 @@ with RayEngine(workers=1) as engine:
 caught = int(next(l for l in open("/proc/self/status") if l.startswith("SigCgt")).split()[1], 16)
 print("SIGTERM caught" if caught >> (signal.SIGTERM - 1) & 1 else "SIGTERM not caught", flush=True)
 print(os.environ["HOME"], sorted(name for name in os.environ if name.startswith("RAY_AUTH_")), flush=True)
+with RayEngine(workers=1) as engine:  # a second instance: Ray's driver still has the first's token
+    print("again", *engine.ordered_map(abs, [(-2,)], what="again"), flush=True)
 """
 
 
@@ -236,10 +238,12 @@ def test_sigterm_still_unwinds_the_driver_after_the_instance_is_shut_down(
 def test_a_local_instance_leaves_nothing_in_the_users_home(finished_driver: tuple[list[str], str]) -> None:
     """Ray 2.60 turns token authentication on for a local instance and, finding no token, writes one to
     ~/.ray/auth_token, which the user's next `ray start --head` finds and turns token authentication on
-    with. The run's instance has a token of its own, in its environment only while it runs."""
+    with. The run's instance has a token of its own, in its environment only while it runs, and the same
+    for a second instance of the process (Ray's driver keeps the first token it read)."""
     out, err = finished_driver
     home, auth = out[1].split(" ", 1)
     assert [path.name for path in Path(home).rglob("*")] == [] and auth == "[]", (out, err)
+    assert out[2:] == ["again 2"], err
 
 
 def test_an_unreachable_cluster_address_is_named_at_once(tmp_path: Path) -> None:

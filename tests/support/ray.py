@@ -21,22 +21,27 @@ from tests.support.s3 import free_port
 def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Start a local Ray instance with 2 CPUs, its files (and so its processes' command lines) under the
     session's temporary folder, where the end-of-run check looks for leftovers; yield the `ray` module;
-    shut it down afterwards. Skips when Ray is not installed or cannot start on this machine."""
+    shut it down afterwards. Skips when Ray is not installed or cannot start on this machine. Its token
+    is the run's own, as a local instance of the engine's is (`token_of_its_own`): Ray would write one to
+    ~/.ray/auth_token, which every later `ray start` of the machine's user then finds."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install shardprep[ray])")
-    try:
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        )
-    except Exception as error:  # noqa: BLE001 - a sandbox without what Ray needs (shared memory, ports)
-        ray.shutdown()
-        pytest.skip(f"a local Ray instance cannot start here: {error}")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    from prep.engines.ray_cluster import token_of_its_own
+
+    with token_of_its_own():
+        try:
+            ray.init(
+                num_cpus=2,
+                include_dashboard=False,
+                log_to_driver=False,
+                _temp_dir=str(tmp_path_factory.mktemp("ray")),
+            )
+        except Exception as error:  # noqa: BLE001 - a sandbox without what Ray needs (shared memory, ports)
+            ray.shutdown()
+            pytest.skip(f"a local Ray instance cannot start here: {error}")
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 def ray_head(folder: Path, cpus: int, token: Path | None = None) -> Iterator[str]:
