@@ -387,6 +387,23 @@ _PART_PLACE = (
 )
 
 
+class DamagedIndexError(PrepError):
+    """An index sqlite fails to read (a page overwritten, the file cut short, not energon's tables): the
+    file, what is wrong with it (`problem`), and that preparing the dataset again makes a new one."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} {problem}. {RERUN_PREPARE}")
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.path, self.problem))
+
+    @classmethod
+    def from_sqlite(cls, path: Path, error: sqlite3.DatabaseError) -> DamagedIndexError:
+        """sqlite's `error`, met reading the index at `path` (or a copy of it), with its reason."""
+        return cls(path, f"cannot be read ({error})")
+
+
 class IndexChangedError(PrepError):
     """An index that changed after it was opened: truncated or rewritten in place (`change` says how, with
     sqlite's error), or replaced by another file under its name."""
@@ -488,9 +505,9 @@ class IndexReader:
             connection.execute("SELECT 1 FROM samples LIMIT 1").fetchall()
             connection.execute("SELECT 1 FROM sample_parts LIMIT 1").fetchall()
         except sqlite3.DatabaseError as error:
-            raise PrepError(
-                f"{self.path} cannot be read as energon's index ({error}); it needs the tables `samples`"
-                f" and `sample_parts`. {RERUN_PREPARE}"
+            raise DamagedIndexError(
+                self.path,
+                f"cannot be read as energon's index ({error}); it needs the tables `samples` and `sample_parts`",
             ) from None
         try:  # after sqlite has read it: the name then was this file's when sqlite opened it too
             named = _identity(os.stat(self.path))
@@ -544,7 +561,7 @@ class IndexReader:
             return IndexChangedError(
                 self.path, f"changed while it was read (truncated or rewritten in place; sqlite: {error})"
             )
-        return PrepError(f"{self.path} cannot be read ({error}). {RERUN_PREPARE}")
+        return DamagedIndexError.from_sqlite(self.path, error)
 
     def excluded_places(self) -> list[tuple[int, int]]:
         """(tar_file_id, sample_index) of each sample a reader made with `excluded` leaves out: those of

@@ -17,7 +17,6 @@ import itertools
 import json
 import mmap
 import os
-import sqlite3
 import stat
 from collections import defaultdict
 from collections.abc import Collection, Sequence
@@ -45,7 +44,7 @@ from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import SPLIT_FILE_PARSERS, read_splits, split_file_name, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
-from prep.index.sqlite import NullRowsError
+from prep.index.sqlite import DamagedIndexError, NullRowsError
 from prep.index.yaml_reader import UnresolvedAliasError
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
@@ -939,13 +938,14 @@ def verify_dataset(
                     )
                 )
                 sqlite_problem = report.problems[-1]
-            except (PrepError, Exception) as error:  # a damaged database: report it, keep checking the rest
+            except PrepError as error:  # a damaged database: report it, keep checking the rest
+                what = (
+                    f"{error.problem}."
+                    if isinstance(error, DamagedIndexError)
+                    else f"cannot be read: {error}"
+                )
                 report.problems.append(
-                    Problem(
-                        f"{META_DIR}/{INDEX_SQLITE}",
-                        f"cannot be read: {error}",
-                        REPREPARE.format(root=root_text),
-                    )
+                    Problem(f"{META_DIR}/{INDEX_SQLITE}", what, REPREPARE.format(root=root_text))
                 )
                 sqlite_problem = report.problems[-1]
         if not auxiliary:  # energon reads an auxiliary dataset's members by name
@@ -1257,7 +1257,7 @@ def _reference_problems(
             references = loaded_references(primary, splits, reference.split_config)
         names = {found.name for found in references if found.name is not None}
         present = folder_files(aux.path, names) if aux.folder else dataset_files(aux.path)
-    except (PrepError, sqlite3.Error):
+    except PrepError:  # IndexReader's sqlite errors among them
         return []
     prefix = shown_from(reference.path, folder)
     split_yaml = f"{prefix}/{META_DIR}/{split_file_name(reference.path / META_DIR, reference.split_config)}"

@@ -21,8 +21,9 @@ from prep.errors import PrepError
 from prep.index import sqlite as index_sqlite
 from prep.index.columns import TextColumn
 from prep.index.sqlite import IndexReader
-from prep.inspect.verify import member_name_fields, verify_dataset
+from prep.inspect.verify import Problem, member_name_fields, verify_dataset
 from prep.prepare import prepare_dataset
+from tests.support.damaged_index import dataset_with_damaged_index
 from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
 from tests.support.prepare import run_shardprep
 from tests.support.shards import sample_members, write_tarfile
@@ -430,6 +431,21 @@ def test_an_index_sqlite_that_cannot_be_read_is_one_problem_and_the_offset_files
     )
     fix = result.stdout.splitlines()[result.stdout.splitlines().index(problems[0]) + 1]
     assert ("make it readable" in fix) == (damage == "unreadable"), fix
+
+
+@pytest.mark.parametrize("damage", ["samples", "sample_parts", "not a database"])
+def test_a_damaged_index_sqlite_is_one_problem_saying_what_and_the_fix_once(tmp_path, damage):
+    # It said "cannot be read: PATH cannot be read (...). Re-run `shardprep prepare` ..." and the fix again.
+    dataset = dataset_with_damaged_index(tmp_path / "d", "samples" if damage == "not a database" else damage)
+    if damage == "not a database":
+        (dataset / ".nv-meta" / "index.sqlite").write_bytes(b"not sqlite" * 100)
+    what = {
+        "not a database": "cannot be read as energon's index (file is not a database); it needs the tables"
+        " `samples` and `sample_parts`."
+    }.get(damage, "cannot be read (database disk image is malformed).")
+    assert verify_dataset(dataset).problems == [
+        Problem(".nv-meta/index.sqlite", what, f"re-run `shardprep prepare {dataset}` to rebuild the index")
+    ]
 
 
 def test_info_and_preview_name_an_unreadable_index_sqlite_as_unreadable(base, tmp_path):
