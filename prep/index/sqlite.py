@@ -389,19 +389,38 @@ _PART_PLACE = (
 
 class DamagedIndexError(PrepError):
     """An index sqlite fails to read (a page overwritten, the file cut short, not energon's tables): the
-    file, what is wrong with it (`problem`), and that preparing the dataset again makes a new one."""
+    file, what is wrong with it (`problem`), and what to do (`advice`: prepare the dataset again)."""
 
-    def __init__(self, path: Path, problem: str) -> None:
-        self.path, self.problem = path, problem
-        super().__init__(f"{path} {problem}. {RERUN_PREPARE}")
+    def __init__(self, path: Path, problem: str, advice: str = RERUN_PREPARE) -> None:
+        self.path, self.problem, self.advice = path, problem, advice
+        super().__init__(f"{path} {problem}. {advice}")
 
     def __reduce__(self) -> tuple:
-        return (self.__class__, (self.path, self.problem))
+        return (self.__class__, (self.path, self.problem, self.advice))
 
     @classmethod
-    def from_sqlite(cls, path: Path, error: sqlite3.DatabaseError) -> DamagedIndexError:
+    def from_sqlite(
+        cls, path: Path, error: sqlite3.DatabaseError, advice: str = RERUN_PREPARE
+    ) -> DamagedIndexError:
         """sqlite's `error`, met reading the index at `path` (or a copy of it), with its reason."""
-        return cls(path, f"cannot be read ({error})")
+        return cls(path, f"cannot be read ({error})", advice)
+
+
+#: sqlite's primary result codes for a file that is not a sound database.
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+@contextmanager
+def copied_index_errors(source: Path, advice: str = RERUN_PREPARE) -> Iterator[None]:
+    """Work on a byte-for-byte copy of the index at `source`: a damaged file met in the block is a
+    DamagedIndexError naming `source`, the user's file (`advice`: what to do about it). Other errors,
+    such as a full disk, pass as they are."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        if error.sqlite_errorcode & 0xFF not in _DAMAGED:
+            raise
+        raise DamagedIndexError.from_sqlite(source, error, advice) from None
 
 
 class IndexChangedError(PrepError):

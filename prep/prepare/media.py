@@ -28,6 +28,7 @@ from prep.index.format import INDEX_SQLITE, META_DIR
 from prep.index.lock import LOCK_FILE, dataset_lock
 from prep.index.media import MediaSummary, add_folder_media_metadata, add_media_metadata
 from prep.index.meta import is_prepared, read_shard_counts
+from prep.index.sqlite import copied_index_errors
 from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
 from prep.prepare.shards import check_dataset_root
@@ -35,6 +36,11 @@ from prep.processes import worker_count
 
 #: `progress(done, total)`: shards of a WebDataset, files of a folder dataset.
 MediaProgress = Callable[[int, int], None]
+#: What to do about a folder dataset's damaged index, which prepare-media alone writes.
+REMAKE_FOLDER_INDEX = (
+    "It holds only media metadata: remove it and run `shardprep prepare-media` again, with each filter it"
+    " was made with."
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,8 @@ def _webdataset_media(
         index = staging.meta_file(INDEX_SQLITE)
         shutil.copyfile(meta / INDEX_SQLITE, index)
         workers = worker_count(num_workers, len(shards))
-        summary = add_media_metadata(root, shards, index, media, workers, progress)
+        with copied_index_errors(meta / INDEX_SQLITE):
+            summary = add_media_metadata(root, shards, index, media, workers, progress)
         os.chmod(index, (root_mode | 0o600) & 0o666)
         staging.commit()
     return summary
@@ -85,11 +92,12 @@ def _folder_media(
         )
     root_mode = stat.S_IMODE(root.stat().st_mode)
     with Staging(root, meta_mode=root_mode | 0o700) as staging:
-        index = staging.meta_file(INDEX_SQLITE)
-        if (root / META_DIR / INDEX_SQLITE).is_file():
-            shutil.copyfile(root / META_DIR / INDEX_SQLITE, index)
+        index, source = staging.meta_file(INDEX_SQLITE), root / META_DIR / INDEX_SQLITE
+        if source.is_file():
+            shutil.copyfile(source, index)
         workers = worker_count(num_workers, len(files))
-        summary = add_folder_media_metadata(root, files, index, media, workers, progress)
+        with copied_index_errors(source, REMAKE_FOLDER_INDEX):
+            summary = add_folder_media_metadata(root, files, index, media, workers, progress)
         os.chmod(index, (root_mode | 0o600) & 0o666)
         staging.commit()
     return summary

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.prepare.test_media_matches_energon import FLAGS, av_dataset, media_dataset
+from tests.support.damaged_index import dataset_with_damaged_index
 from tests.support.media import assert_same_media_index, audio_video, images, without_created_at
 from tests.support.prepare import (
     media_rows,
@@ -132,6 +133,40 @@ def test_no_media_or_a_broken_header_is_a_clear_error_and_changes_nothing(tmp_pa
     assert broken.returncode == 1
     assert f"{root / 'cut.gif'} at byte 11" in broken.stderr and "logical screen" in broken.stderr
     (root / "cut.gif").unlink()
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("damage", ["samples", "sample_parts", "not a database"])
+def test_a_damaged_index_is_named_with_what_to_do_and_left_as_it_was(tmp_path: Path, damage: str) -> None:
+    # The copy prepare-media writes to met the damage, and sqlite's traceback was all it said.
+    root = dataset_with_damaged_index(tmp_path / "d", "samples" if damage == "not a database" else damage)
+    index = root / ".nv-meta" / "index.sqlite"
+    if damage == "not a database":
+        index.write_bytes(b"not sqlite" * 100)
+    before = snapshot(root)
+    result = run_shardprep("prepare-media", str(root), "--media-metadata-by-extension", "--no-progress")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    reason = "file is not a database" if damage == "not a database" else "database disk image is malformed"
+    assert result.stderr == (
+        f"Error: {index} cannot be read ({reason}). Re-run `shardprep prepare` (or `energon prepare`) on the"
+        " dataset folder.\n"
+    )
+    assert snapshot(root) == before  # the index byte for byte, and nothing staged left behind
+
+
+def test_a_folder_datasets_damaged_index_is_named_with_what_to_do_and_left_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    (root / ".nv-meta").mkdir(parents=True)
+    (root / "good.png").write_bytes(IMAGES["rgb1.png"])
+    index = root / ".nv-meta" / "index.sqlite"
+    index.write_bytes(b"not sqlite" * 100)
+    before = snapshot(root)
+    result = run_shardprep("prepare-media", str(root), "--media-metadata-by-extension", "--no-progress")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"Error: {index} cannot be read (file is not a database). "), (
+        result.stderr
+    )
+    assert "remove it and run `shardprep prepare-media` again" in result.stderr, result.stderr
     assert snapshot(root) == before
 
 
