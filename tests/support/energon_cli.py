@@ -180,16 +180,18 @@ class EnergonServer:
             )
 
     def stop(self) -> None:
-        """End the server (closing its stdin ends it) and wait for it."""
-        if self._process is not None and self._process.poll() is None:
-            assert self._process.stdin is not None
-            self._process.stdin.close()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._process = None
+        """End the server (closing its stdin ends it), wait for it, and close its pipes."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
 
 
 SERVER = EnergonServer()
