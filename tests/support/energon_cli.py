@@ -105,7 +105,9 @@ class EnergonServer:
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen:
-        if self._process is None or self._process.poll() is not None:
+        if self._process is not None and self._process.poll() is not None:
+            self.stop()  # it died (killed from outside): its pipes closed, a new one started
+        if self._process is None:
             self._process = subprocess.Popen(
                 [sys.executable, "-c", _SERVER],
                 stdin=subprocess.PIPE,
