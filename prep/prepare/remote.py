@@ -37,10 +37,8 @@ one bucket dataset at once are the user's to avoid.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,7 +54,7 @@ from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, p
 from prep.processes import ordered_map
 from prep.storage.address import ObjectAddress, require_address
 from prep.storage.ranged import RangedObject
-from prep.storage.scratch import scratch_folder
+from prep.storage.scratch import resume_folder_for, scratch_folder
 from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, open_store
 from prep.storage.upload import (
     EarlyUpload,
@@ -231,19 +229,6 @@ class BucketShards:
             return (FORMAT, shard, info.size, info.etag)
 
         return ShardCheckpoint(self.resume_folder, key=key)
-
-
-def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None) -> Path:
-    """Where `--resume` keeps the rows of a bucket dataset's shards: a folder under `tmp_path` (the
-    system's temporary folder by default) named by the user and the address, so a rerun with the same
-    arguments finds it (`prep.index.checkpoint` reads it only if it is this user's alone).
-
-    >>> from prep.storage.address import parse_address
-    >>> resume_folder_for(parse_address("s3://b/ds"), "/scratch").name == f"shardprep-resume-{os.getuid()}-cc99de96d5c49b13"
-    True
-    """
-    digest = hashlib.sha256(str(address).encode()).hexdigest()[:16]
-    return Path(tmp_path or tempfile.gettempdir()) / f"shardprep-resume-{os.getuid()}-{digest}"
 
 
 def _scanned_in_threads(

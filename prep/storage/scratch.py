@@ -10,6 +10,7 @@ place removes every folder of ours whose lock nobody holds.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from prep.errors import PrepError
+from prep.storage.address import ObjectAddress
 
 #: Every scratch folder's name starts so (then the command, then mkdtemp's letters).
 PREFIX = "shardprep-"
@@ -55,6 +57,20 @@ def scratch_folder(tmp_path: str | Path | None, what: str) -> Iterator[Path]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         os.close(lock)
+
+
+def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None, what: str = "resume") -> Path:
+    """Where `--resume` keeps a bucket dataset's work for a rerun (`what`: "resume", the rows of a
+    prepare's shards; "write-resume", a write's dataset and its checkpoint): a folder under `tmp_path`
+    (the system's temporary folder by default) named by the user and the address, so a rerun with the
+    same arguments finds it (`prep.index.checkpoint` reads it only if it is this user's alone).
+
+    >>> from prep.storage.address import parse_address
+    >>> resume_folder_for(parse_address("s3://b/ds"), "/scratch").name == f"shardprep-resume-{os.getuid()}-cc99de96d5c49b13"
+    True
+    """
+    digest = hashlib.sha256(str(address).encode()).hexdigest()[:16]
+    return Path(tmp_path or tempfile.gettempdir()) / f"{PREFIX}{what}-{os.getuid()}-{digest}"
 
 
 def remove_abandoned(base: Path) -> int:

@@ -148,8 +148,9 @@ def _progress_text(progress: WriteProgress) -> str:
 @click.option(
     "--resume",
     is_flag=True,
-    help="Keep each finished block and shard (in OUT_DIR/.shardprep-resume), so that a rerun with the same"
-    " arguments and --resume after an interruption redoes only what was not finished or changed since.",
+    help="Keep each finished block and shard (in OUT_DIR/.shardprep-resume; for a bucket, in a folder under"
+    " --tmp-path named by the address), so that a rerun with the same arguments and --resume after an"
+    " interruption redoes only what was not finished or changed since.",
 )
 @tmp_path_option
 def write_command(

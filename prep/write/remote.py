@@ -10,8 +10,12 @@ a failure in the upload leaves a dataset energon calls not prepared, never a mix
 the upload leaves the bucket as it was. The multipart uploads an earlier run killed mid-upload left for
 the objects this one writes are aborted before its upload (`prep.storage.upload.abort_earlier_uploads`).
 
+With `--resume`, the dataset is written in a folder kept for a rerun (`resume_folder_for`) until it is
+uploaded, and nothing goes up before the write is done.
+
 The prefix must hold no objects, unless `--overwrite`: then what the new dataset does not replace is
-deleted once it is whole. Nothing locks the bucket (the local lock covers only the folder under
+deleted once it is whole; or `--resume` where an interrupted run left its folder: then the objects must
+be ones the write writes. Nothing locks the bucket (the local lock covers only the folder under
 `--tmp-path`): two writes to one prefix at once are the user's to avoid.
 """
 
@@ -19,13 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.storage.address import require_address
-from prep.storage.scratch import scratch_folder
+from prep.storage.address import ObjectAddress, require_address
+from prep.storage.scratch import resume_folder_for, scratch_folder
 from prep.storage.store import ObjectStore, StorageError, open_store
 from prep.storage.upload import (
     UPLOAD_THREADS,
@@ -43,6 +50,8 @@ from prep.write.sources import Source
 
 #: What a run keeps beside a dataset for itself (the lock, resume checkpoints): not uploaded.
 _RUN_FILES_PREFIX = ".shardprep"
+#: The kind of the folder a write with --resume keeps its work in (`resume_folder_for`).
+WRITE_RESUME = "write-resume"
 
 
 def write_remote(
@@ -59,26 +68,38 @@ def write_remote(
     `note` is told what the user should hear besides (earlier runs' incomplete uploads aborted)."""
     started = time.perf_counter()
     parsed = require_address(address)
-    if options.resume:
-        raise PrepError("--resume is for a local OUT_DIR; a bucket dataset is written in one run.")
     store = store or open_store(parsed)
     existing = [info.name for info in store.list()]
-    if existing and not options.overwrite:
+    # --resume over objects: those an interrupted run of this write uploaded, if one left its work here
+    resuming = options.resume and resume_folder_for(parsed, tmp_path, WRITE_RESUME).is_dir()
+    if existing and not (options.overwrite or resuming):
         raise PrepError(
             f"{address} is not empty ({len(existing)} objects, e.g. {existing[0]}). Give a new prefix, or"
             " --overwrite to replace what is there."
         )
     leftovers = earlier_uploads(store, note)
-    with scratch_folder(tmp_path, "write") as out_dir:
-        shards = None if existing else ShardUploads(store, out_dir, keep=options.media_filter is not None)
+    with _local_folder(parsed, tmp_path, options.resume) as out_dir:
+        streams = not existing and not options.resume
+        shards = ShardUploads(store, out_dir, keep=options.media_filter is not None) if streams else None
+        # the local folder is the run's own: what a --resume run there finished is redone or reused
+        local = dataclasses.replace(options, overwrite=True) if options.resume else options
         uploading = False
         try:
-            summary = write(sources, out_dir, options, progress, shards.send if shards else None)
+            summary = write(
+                sources, out_dir, local, progress, shards.send if shards else None, keep_checkpoint=True
+            )
             built = sorted(
                 path.relative_to(out_dir).as_posix()
                 for path in out_dir.rglob("*")
                 if path.is_file() and not path.relative_to(out_dir).parts[0].startswith(_RUN_FILES_PREFIX)
             )
+            strangers = sorted(set(existing) - set(built))
+            if strangers and not options.overwrite:  # --resume: only what an interrupted upload left
+                raise PrepError(
+                    f"{address} holds objects this write does not write ({len(strangers)}, e.g."
+                    f" {strangers[0]}): not what an interrupted run of it uploaded. Give --overwrite to"
+                    " replace them (what this run wrote is kept for the rerun)."
+                )
             abort_earlier_uploads(store, leftovers, built, note)
             uploading = True
             upload_dataset(store, out_dir, built, shards.early if shards else None)
@@ -96,6 +117,34 @@ def write_remote(
         # the run's time is the write's and the upload's (the summary says "Wrote ... in N s")
         summary = dataclasses.replace(summary, seconds=time.perf_counter() - started)
         return _named(summary, out_dir, address)
+
+
+@contextmanager
+def _local_folder(address: ObjectAddress, tmp_path: str | Path | None, resume: bool) -> Iterator[Path]:
+    """Where the dataset is written before it goes up: a scratch folder, removed however the run ends; with
+    `resume`, a folder of this user's named by the address (`resume_folder_for`), kept for a rerun unless
+    the run succeeds."""
+    if not resume:
+        with scratch_folder(tmp_path, "write") as folder:
+            yield folder
+        return
+    folder = resume_folder_for(address, tmp_path, WRITE_RESUME)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = folder.lstat()
+    except OSError as error:
+        raise PrepError(
+            f"Cannot make {folder} ({error.strerror}): write --resume keeps a bucket dataset's local files"
+            " there. Give --tmp-path a folder you can write to, with room for the dataset."
+        ) from None
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise PrepError(
+            f"{folder} is not a folder of yours alone (mode {stat.filemode(found.st_mode)}): write --resume"
+            " keeps its work there for a rerun, and will not read or write one others can change. Remove"
+            " it, or give another --tmp-path."
+        )
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)  # the dataset is up: nothing is left to resume
 
 
 class ShardUploads:

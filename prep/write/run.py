@@ -386,9 +386,13 @@ def write(
     options: WriteOptions,
     progress: Callable[[WriteProgress], None] | None = None,
     on_shard: ShardWritten | None = None,
+    *,
+    keep_checkpoint: bool = False,
 ) -> WriteSummary:
     """Write `sources` into a prepared, energon-loadable dataset at `out_dir` and return a summary;
-    `on_shard` is told of each shard as soon as it is whole (`DatasetBuild`)."""
+    `on_shard` is told of each shard as soon as it is whole (`DatasetBuild`). With `keep_checkpoint`,
+    what `--resume` kept stays once the dataset is in place (a write to a bucket is done only once it is
+    uploaded)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise PrepError(f"{out_dir} exists and is not a folder. Give a new or empty folder for the dataset.")
     _check_apart(sources, out_dir, options.rejects)
@@ -412,7 +416,7 @@ def write(
             run.report()
             run.finish(options.definition(), sources)
             run.commit()
-        if options.resume:
+        if options.resume and not keep_checkpoint:
             Checkpoint(out_dir).remove()  # what an interrupted run kept is for a dataset now in place
     return run.summary()
 

@@ -257,3 +257,41 @@ def test_a_write_that_fails_after_shards_went_up_deletes_them_and_over_a_dataset
     write_remote([DictSource(watched())], "s3://failing/out", again, store=store, tmp_path=tmp_path)
     assert seen == ["out/old.txt"], "over objects already there, nothing goes up before the write is done"
     assert "out/shard-000003.tar" in s3.keys("failing")
+
+
+def test_a_bucket_write_with_resume_goes_on_from_what_a_failed_run_finished(s3, tmp_path):
+    """What a failed run wrote is kept under --tmp-path, the bucket left empty (nothing goes up before the
+    write is done). A rerun over an object the write does not write is refused after the write, which it
+    keeps, whole; the next rerun reuses all of it, the bucket gets the dataset a clean write makes, and
+    the kept folder goes."""
+    from prep.errors import PrepError
+    from prep.write import BadInputError, open_sources, write_dataset
+    from tests.support.write import rows_file
+
+    s3.make_bucket("resumed")
+    good, bad = rows_file(tmp_path / "a.jsonl", 300), rows_file(tmp_path / "b.jsonl", 300)
+    bad.write_text(bad.read_text().replace('{"n": 250,', '{"n": 250', 1))
+    store = open_store(parse_address("s3://resumed/out"))
+    options = WriteOptions.parse(maxcount=20, resume=True)
+    tmp = tmp_path / "t"
+    store.put("old.txt", b"no run of this write left it")
+    with pytest.raises(PrepError, match="is not empty"):  # --resume, but nothing here to go on from
+        write_remote(open_sources([good, bad]), "s3://resumed/out", options, store=store, tmp_path=tmp)
+    store.delete("old.txt")
+    with pytest.raises(BadInputError, match="b.jsonl:251"):
+        write_remote(open_sources([good, bad]), "s3://resumed/out", options, store=store, tmp_path=tmp)
+    kept = [path.name for path in tmp.iterdir()]
+    assert s3.keys("resumed") == [] and len(kept) == 1 and kept[0].startswith("shardprep-write-resume-"), kept
+    rows_file(bad, 300)
+    store.put("notes.txt", b"someone else's")  # --resume takes only what its own run could have left
+    with pytest.raises(PrepError, match=r"holds objects this write does not write \(1, e.g. notes.txt\)"):
+        write_remote(open_sources([good, bad]), "s3://resumed/out", options, store=store, tmp_path=tmp)
+    assert s3.keys("resumed") == ["out/notes.txt"] and len(list(tmp.iterdir())) == 1
+    store.delete("notes.txt")
+    summary = write_remote(open_sources([good, bad]), "s3://resumed/out", options, store=store, tmp_path=tmp)
+    # the refused run had written every block, and kept them all: the rerun only uploads
+    assert summary.resumed == (30, 30, 2, 2), summary.resumed
+    assert list(tmp.iterdir()) == []
+    write_dataset(open_sources([good, bad]), tmp_path / "clean", maxcount=20)
+    s3.download_prefix("resumed", "out", tmp_path / "fetched")
+    assert files(tmp_path / "fetched") == files(tmp_path / "clean")
