@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prep.errors import PrepError, ShardError, errors_report
-from prep.index.sqlite import MediaIndexWriter
+from prep.index.sqlite import MediaIndexWriter, keep_media_tables, recorded_media_filters
 from prep.media.describe import MediaRow, describe_part
-from prep.media.filter import AV, MediaFilter
+from prep.media.filter import AV, MediaFilter, describe_again
 from prep.media.images import MediaError, from_file
 from prep.media.pyav import pyav_available
 from prep.processes import ordered_map
@@ -214,3 +214,17 @@ def add_folder_media_metadata(
         writer.add_media_filter(media.strategy, media.stored_patterns)
         writer.commit()
     return summary
+
+
+def keep_old_media(root: Path, old: Path, new: Path) -> str | None:
+    """Carry the media metadata of the old index at `old` into the new one at `new` (a prepare that
+    describes no media keeps it, as energon's does); None once done, else the one warning that the old
+    index's media metadata could not be read and is gone, and the commands that describe it again."""
+    problem = keep_media_tables(old, new)
+    filters = recorded_media_filters(old) if problem is not None else []
+    if not filters:  # nothing kept, or an index too damaged to say whether it held any
+        return None
+    return (
+        f"the media metadata of the old index could not be read ({problem}) and is gone: run"
+        f" {describe_again(root, filters)} to describe the media again."
+    )

@@ -34,6 +34,7 @@ from prep.index.format import (
 )
 from prep.index.meta import RERUN_PREPARE, unreadable_error, unreadable_reason
 from prep.index.rows import ShardRows
+from prep.media.filter import MediaFilter, describe_again
 
 if TYPE_CHECKING:
     import numpy as np
@@ -318,6 +319,62 @@ class MediaIndexWriter:
         self.db.close()
 
 
+def keep_media_tables(old: Path, new: Path) -> str | None:
+    """Copy the media tables of the index at `old`, where it has them, into the new index at `new`, as
+    they are (filter ids and times too): energon's prepare drops and rebuilds only `samples` and
+    `sample_parts`, in place, so its index keeps them. None once done (or nothing to keep), else why
+    `old` could not be read (damaged, unreadable): a full disk or a failed write is sqlite's error."""
+    with closing(sqlite3.connect(new.resolve().as_uri(), uri=True, isolation_level=None)) as db:
+        try:
+            db.execute("ATTACH DATABASE ? AS old", (old.resolve().as_uri() + "?mode=ro",))
+            tables = {
+                name for (name,) in db.execute("SELECT name FROM old.sqlite_master WHERE type = 'table'")
+            }
+            if "media_metadata" not in tables:
+                return None
+            db.execute("BEGIN")
+            db.execute(MEDIA_METADATA_TABLE)
+            db.execute(MEDIA_FILTERS_TABLE)
+            db.execute(
+                "INSERT INTO media_metadata SELECT entry_key, metadata_type, metadata_json FROM old.media_metadata"
+            )
+            if "media_filters" in tables:
+                db.execute(
+                    "INSERT INTO media_filters SELECT filter_id, strategy, patterns, created_at_utc FROM old.media_filters"
+                )
+                db.execute("DELETE FROM sqlite_sequence WHERE name = 'media_filters'")
+                db.execute(
+                    "INSERT INTO sqlite_sequence SELECT * FROM old.sqlite_sequence WHERE name = 'media_filters'"
+                )
+            db.execute("COMMIT")
+        except sqlite3.DatabaseError as error:
+            if error.sqlite_errorcode & 0xFF not in _UNREADABLE:
+                raise
+            return str(error)
+    return None
+
+
+def recorded_media_filters(path: Path) -> list[MediaFilter]:
+    """The media filters the index at `path` records (what `prepare-media` made its media metadata with);
+    none where it has no media tables, or they cannot be read (a damaged file: a hint, never an error)."""
+    try:
+        uri = path.resolve().as_uri() + "?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True)) as db:
+            rows = db.execute("SELECT strategy, patterns FROM media_filters ORDER BY filter_id").fetchall()
+    except (sqlite3.Error, OSError):
+        return []
+    return [MediaFilter.stored(strategy, patterns) for strategy, patterns in rows]
+
+
+def rerun_prepare_advice(path: Path) -> str:
+    """What to do about the damaged index at `path`: prepare again, then, where it records media filters,
+    describe the media again as it was described."""
+    filters = recorded_media_filters(path)
+    if not filters:
+        return RERUN_PREPARE
+    return f"{RERUN_PREPARE} Then run {describe_again(path.parent.parent, filters)} for its media metadata."
+
+
 class PartLocation(NamedTuple):
     """Where one part's bytes live: shard position (`tar_file_id`), data offset and length.
 
@@ -389,9 +446,11 @@ _PART_PLACE = (
 
 class DamagedIndexError(PrepError):
     """An index sqlite fails to read (a page overwritten, the file cut short, not energon's tables): the
-    file, what is wrong with it (`problem`), and what to do (`advice`: prepare the dataset again)."""
+    file, what is wrong with it (`problem`), and what to do (`advice`; by default `rerun_prepare_advice`)."""
 
-    def __init__(self, path: Path, problem: str, advice: str = RERUN_PREPARE) -> None:
+    def __init__(self, path: Path, problem: str, advice: str | None = None) -> None:
+        if advice is None:
+            advice = rerun_prepare_advice(path)
         self.path, self.problem, self.advice = path, problem, advice
         super().__init__(f"{path} {problem}. {advice}")
 
@@ -400,7 +459,7 @@ class DamagedIndexError(PrepError):
 
     @classmethod
     def from_sqlite(
-        cls, path: Path, error: sqlite3.DatabaseError, advice: str = RERUN_PREPARE
+        cls, path: Path, error: sqlite3.DatabaseError, advice: str | None = None
     ) -> DamagedIndexError:
         """sqlite's `error`, met reading the index at `path` (or a copy of it), with its reason."""
         return cls(path, f"cannot be read ({error})", advice)
@@ -408,10 +467,12 @@ class DamagedIndexError(PrepError):
 
 #: sqlite's primary result codes for a file that is not a sound database.
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+#: ... and for one that cannot be read at all.
+_UNREADABLE = _DAMAGED | {sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM}
 
 
 @contextmanager
-def copied_index_errors(source: Path, advice: str = RERUN_PREPARE) -> Iterator[None]:
+def copied_index_errors(source: Path, advice: str | None = None) -> Iterator[None]:
     """Work on a byte-for-byte copy of the index at `source`: a damaged file met in the block is a
     DamagedIndexError naming `source`, the user's file (`advice`: what to do about it). Other errors,
     such as a full disk, pass as they are."""

@@ -17,9 +17,10 @@ index as its strategy and its patterns joined by commas.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from fnmatch import fnmatch
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from prep.errors import PrepError
 
@@ -86,6 +87,32 @@ class MediaFilter:
     def stored_patterns(self) -> str:
         """The patterns as `media_filters.patterns` holds them."""
         return ",".join(self.patterns)
+
+    @classmethod
+    def stored(cls, strategy: str, patterns: str | None) -> MediaFilter:
+        """The filter a `media_filters` row (strategy, patterns) records."""
+        return cls(strategy, tuple(patterns.split(",")) if patterns else ())
+
+    @property
+    def option(self) -> str:
+        """The command-line option that selects this filter, quoted for a shell.
+
+        >>> MediaFilter(GLOB, ("*.jpg", "*.png")).option, MediaFilter(EXTENSION).option
+        ("--media-metadata-by-glob '*.jpg,*.png'", '--media-metadata-by-extension')
+        """
+        if self.strategy == GLOB:
+            return f"--media-metadata-by-glob {shlex.quote(self.stored_patterns)}"
+        return f"--media-metadata-by-{self.strategy.lower()}"
+
+
+def describe_again(root: Path, filters: list[MediaFilter]) -> str:
+    """The commands that describe the media of the dataset at `root` as `filters` did, to quote.
+
+    >>> print(describe_again(Path("d"), [MediaFilter(EXTENSION), MediaFilter(GLOB, ("*.x",))]))
+    `shardprep prepare-media d --media-metadata-by-extension` and `shardprep prepare-media d --media-metadata-by-glob '*.x'`
+    """
+    where = shlex.quote(str(root))
+    return " and ".join(f"`shardprep prepare-media {where} {media.option}`" for media in filters)
 
 
 def parse_media_filter(glob: str | None, header: bool, extension: bool) -> MediaFilter:

@@ -63,7 +63,7 @@ from prep.index.format import (
     tar_index_name,
 )
 from prep.index.lock import dataset_lock
-from prep.index.media import add_media_metadata, skipped_av_warning
+from prep.index.media import add_media_metadata, keep_old_media, skipped_av_warning
 from prep.index.meta import (
     info_json_from_yaml,
     info_json_text,
@@ -280,6 +280,9 @@ class Wizard(Protocol):
     def media_not_described(self, count: int) -> None:
         """`count` audio/video parts matched the media filter but got no metadata (not read yet)."""
 
+    def media_lost(self, warning: str) -> None:
+        """The old index's media metadata could not be carried over (`keep_old_media`'s warning)."""
+
     def dataset_definition(self, staged: StagedIndex) -> DatasetDefinition | None:
         """After indexing: what to write as dataset.yaml (and sample_loader.py), or None for nothing."""
 
@@ -315,6 +318,9 @@ class Unattended:
 
     def media_not_described(self, count: int) -> None:
         warnings.warn(skipped_av_warning(count), stacklevel=4)
+
+    def media_lost(self, warning: str) -> None:
+        warnings.warn(warning, stacklevel=4)
 
     def split_ratio(self) -> str:
         raise PrepError(
@@ -439,12 +445,16 @@ def _prepare_locked(
             wizard.shards_without_end_marker(staged.without_end_marker)
         if staged.data_after_end:
             wizard.shards_with_data_after_end(staged.data_after_end)
+        index = staged.staging.meta_file(INDEX_SQLITE)
         if options.media_filter is not None:
             workers = worker_count(options.num_workers, len(shards))
-            index = staged.staging.meta_file(INDEX_SQLITE)
             media = add_media_metadata(root, shards, index, options.media_filter, workers, media_progress)
             if media.skipped_av:
                 wizard.media_not_described(media.skipped_av)
+        elif source is None and (staged.staging.meta / INDEX_SQLITE).is_file():
+            lost = keep_old_media(root, staged.staging.meta / INDEX_SQLITE, index)
+            if lost is not None:
+                wizard.media_lost(lost)
         if split is not None:
             definition = wizard.dataset_definition(staged)
             if definition is not None:

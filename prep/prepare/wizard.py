@@ -69,6 +69,9 @@ class TerminalWizard(Unattended):
     def media_not_described(self, count: int) -> None:
         click.echo(f"Note: {skipped_av_warning(count)}", err=True)
 
+    def media_lost(self, warning: str) -> None:
+        click.echo(f"Warning: {warning}", err=True)
+
     def split_ratio(self) -> str:
         if not self.interactive:
             return super().split_ratio()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from prep.prepare import prepare_dataset
 from tests.prepare.test_media_matches_energon import FLAGS, av_dataset, media_dataset
-from tests.support.damaged_index import dataset_with_damaged_index
+from tests.support.damaged_index import dataset_with_damaged_index, described_by_extension, zero_leaf_pages
 from tests.support.media import assert_same_media_index, audio_video, images, without_created_at
 from tests.support.prepare import (
     media_rows,
@@ -23,6 +24,7 @@ from tests.support.prepare import (
     sqlite_contents,
     twin,
 )
+from tests.support.shards import sample_members, write_tarfile
 
 IMAGES = images()
 
@@ -80,6 +82,24 @@ def test_a_prepared_webdataset_gets_the_rows_energons_prepare_media_adds(tmp_pat
     run_shardprep("prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True)
     run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
     assert media_rows(ours) and (ours / ".nv-meta" / "index.uuid").read_text() == uuid
+    assert_same_media_index(ours, theirs)
+
+
+def test_preparing_again_keeps_the_media_tables_as_energon_does(tmp_path: Path) -> None:
+    # Our prepare rebuilt index.sqlite and dropped the media tables without a word; energon's drops and
+    # rebuilds only `samples` and `sample_parts`.
+    ours = media_dataset(tmp_path / "ours", shards=1)
+    theirs = twin(ours, "theirs")
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    run_energon_prepare(str(theirs), *FLAGS)
+    run_shardprep("prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True)
+    run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
+    described = sqlite_contents(ours / ".nv-meta" / "index.sqlite")
+    again = run_shardprep("prepare", str(ours), *FLAGS, "--force-overwrite", check=True)
+    run_energon_prepare(str(theirs), *FLAGS, "--force-overwrite")
+    kept = sqlite_contents(ours / ".nv-meta" / "index.sqlite")
+    assert kept["media_filters"] == described["media_filters"] and kept["media_metadata"]["rows"]
+    assert "media" not in again.stderr
     assert_same_media_index(ours, theirs)
 
 
@@ -152,6 +172,37 @@ def test_a_damaged_index_is_named_with_what_to_do_and_left_as_it_was(tmp_path: P
         " dataset folder.\n"
     )
     assert snapshot(root) == before  # the index byte for byte, and nothing staged left behind
+
+
+def test_a_damaged_index_with_media_says_to_describe_the_media_again(tmp_path: Path) -> None:
+    # The advice was only to prepare again, which (as energon's) makes no media metadata.
+    root = dataset_with_damaged_index(tmp_path / "d", "samples")
+    index = root / ".nv-meta" / "index.sqlite"
+    described_by_extension(index)
+    result = run_shardprep("prepare-media", str(root), "--media-metadata-by-extension", "--no-progress")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.endswith(
+        "Re-run `shardprep prepare` (or `energon prepare`) on the dataset folder. Then run"
+        f" `shardprep prepare-media {root} --media-metadata-by-extension` for its media metadata.\n"
+    ), result.stderr
+
+
+def test_preparing_over_unreadable_media_tables_says_they_are_gone_and_how_to_remake_them(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "d"
+    write_tarfile(root / "shard-000.tar", sample_members("sample-", 10))
+    prepare_dataset(root, sample_type="CrudeWebdataset")
+    index = root / ".nv-meta" / "index.sqlite"
+    described_by_extension(index)
+    zero_leaf_pages(index, "media_metadata")
+    result = run_shardprep("prepare", str(root), *FLAGS, "--force-overwrite", check=True)
+    assert result.stderr == (
+        "Warning: the media metadata of the old index could not be read (database disk image is malformed)"
+        f" and is gone: run `shardprep prepare-media {root} --media-metadata-by-extension` to describe the"
+        " media again.\n"
+    )
+    assert "media_metadata" not in sqlite_contents(index)
 
 
 def test_a_folder_datasets_damaged_index_is_named_with_what_to_do_and_left_as_it_was(tmp_path: Path) -> None:

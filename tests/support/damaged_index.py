@@ -7,6 +7,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from prep.index.sqlite import MediaIndexWriter
 from prep.prepare import prepare_dataset
 from tests.support.shards import sample_members, write_tarfile
 
@@ -37,3 +38,11 @@ def dataset_with_damaged_index(folder: Path, table: str) -> Path:
     prepare_dataset(folder, sample_type="CrudeWebdataset")
     zero_leaf_pages(folder / ".nv-meta" / "index.sqlite", table)
     return folder
+
+
+def described_by_extension(index: Path, rows: int = 1500) -> None:
+    """Add `rows` media rows (a few pages) and the extension filter to `index`, as prepare-media records them."""
+    with MediaIndexWriter(index) as media:
+        media.add_media((f"sample-{i:06d}.jpg", "image", '{"width":1}') for i in range(rows))
+        media.add_media_filter("EXTENSION", "")
+        media.commit()
