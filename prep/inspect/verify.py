@@ -44,14 +44,17 @@ from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import SPLIT_FILE_PARSERS, read_splits, split_file_name, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
-from prep.index.sqlite import DamagedIndexError, NullRowsError
+from prep.index.sqlite import DamagedIndexError, IndexChangedError, NullRowsError, recorded_media_filters
 from prep.index.yaml_reader import UnresolvedAliasError
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
+from prep.media.filter import describe_again
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
 from prep.tar.scan import HeaderWalker, check_not_compressed, first_nonzero, repack_command
 
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
+#: The fix of an index that another program rewrote while verify read it.
+VERIFY_AGAIN = "run verify again once what writes the index is done"
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
@@ -846,6 +849,22 @@ def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) ->
     return Problem(f"{META_DIR}/{name}", str(error), fix)
 
 
+def unread_index_problem(error: PrepError, root: str) -> Problem:
+    """The problem of an index.sqlite whose reading failed with `error`, its fix said once: a damaged one
+    is prepared again (and its media described again, where it records how); one rewritten while it was
+    read (`IndexChangedError`, whose own text says to open it anew) is verified again."""
+    where = f"{META_DIR}/{INDEX_SQLITE}"
+    if isinstance(error, IndexChangedError):
+        return Problem(where, f"{error.change}.", VERIFY_AGAIN)
+    fix = REPREPARE.format(root=root)
+    if not isinstance(error, DamagedIndexError):
+        return Problem(where, f"cannot be read: {error}", fix)
+    filters = recorded_media_filters(error.path)
+    if filters:
+        fix += f", then {describe_again(Path(root), filters)} for its media metadata"
+    return Problem(where, f"{error.problem}.", fix)
+
+
 def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
     """index.sqlite missing or impossible to open, said once; None when it can be opened (whether it
     holds energon's tables is for the reader to find)."""
@@ -939,14 +958,7 @@ def verify_dataset(
                 )
                 sqlite_problem = report.problems[-1]
             except PrepError as error:  # a damaged database: report it, keep checking the rest
-                what = (
-                    f"{error.problem}."
-                    if isinstance(error, DamagedIndexError)
-                    else f"cannot be read: {error}"
-                )
-                report.problems.append(
-                    Problem(f"{META_DIR}/{INDEX_SQLITE}", what, REPREPARE.format(root=root_text))
-                )
+                report.problems.append(unread_index_problem(error, root_text))
                 sqlite_problem = report.problems[-1]
         if not auxiliary:  # energon reads an auxiliary dataset's members by name
             for split_file, splits in loaded.items():

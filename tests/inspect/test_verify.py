@@ -20,10 +20,10 @@ import yaml
 from prep.errors import PrepError
 from prep.index import sqlite as index_sqlite
 from prep.index.columns import TextColumn
-from prep.index.sqlite import IndexReader
-from prep.inspect.verify import Problem, member_name_fields, verify_dataset
+from prep.index.sqlite import IndexChangedError, IndexReader
+from prep.inspect.verify import Problem, member_name_fields, unread_index_problem, verify_dataset
 from prep.prepare import prepare_dataset
-from tests.support.damaged_index import dataset_with_damaged_index
+from tests.support.damaged_index import dataset_with_damaged_index, described_by_extension
 from tests.support.datasets import PREPARERS, prepared_dataset, writable_copy
 from tests.support.prepare import run_shardprep
 from tests.support.shards import sample_members, write_tarfile
@@ -446,6 +446,35 @@ def test_a_damaged_index_sqlite_is_one_problem_saying_what_and_the_fix_once(tmp_
     assert verify_dataset(dataset).problems == [
         Problem(".nv-meta/index.sqlite", what, f"re-run `shardprep prepare {dataset}` to rebuild the index")
     ]
+
+
+def test_a_damaged_index_with_media_says_to_describe_the_media_again_too(tmp_path):
+    dataset = dataset_with_damaged_index(tmp_path / "d", "samples")
+    described_by_extension(dataset / ".nv-meta" / "index.sqlite")
+    [problem] = verify_dataset(dataset).problems
+    assert problem.fix == (
+        f"re-run `shardprep prepare {dataset}` to rebuild the index, then"
+        f" `shardprep prepare-media {dataset} --media-metadata-by-extension` for its media metadata"
+    )
+
+
+def test_an_index_rewritten_while_read_is_verified_again_its_fix_said_once(tmp_path):
+    # It said "cannot be read: PATH changed while it was read (...). Open the dataset anew (...)" with
+    # "fix: re-run `shardprep prepare`": the fix twice, and the second wrong (shown by truncating a large
+    # index while `python -m prep verify` read it).
+    dataset = tmp_path / "d"
+    write_tarfile(dataset / "shard-000.tar", sample_members("sample-", 10))
+    prepare_dataset(dataset, sample_type="CrudeWebdataset")
+    index = dataset / ".nv-meta" / "index.sqlite"
+    reader = IndexReader(index)
+    reader.check()
+    os.replace(shutil.copyfile(index, tmp_path / "new.sqlite"), index)
+    with pytest.raises(IndexChangedError) as raised:
+        reader.check()
+    reader.close()
+    problem = unread_index_problem(raised.value, str(dataset))
+    assert problem.what.startswith("was replaced after it was opened") and "anew" not in problem.what
+    assert problem.fix == "run verify again once what writes the index is done"
 
 
 def test_info_and_preview_name_an_unreadable_index_sqlite_as_unreadable(base, tmp_path):
