@@ -675,6 +675,8 @@ EMPTY_SPLIT_ERROR = "EmptyDatasetError, 'No shards found in split part'"
 #: The splits energon's validation loader (`get_val_dataset`) is given, which ends on an empty one; any
 #: other split may be trained on, whose loader waits for ever on a split with no sample to load.
 EVALUATION_SPLITS = ("val", "test")
+#: The split energon's training loader (`get_train_dataset`) loads unless told another.
+TRAIN_SPLIT = "train"
 
 
 @dataclass(frozen=True)
@@ -724,12 +726,16 @@ def _split_problems(
     indefinitely'), and a warning for val and test, whose validation loader yields no sample without
     saying why. A split that names no shard is left alone: energon raises EMPTY_SPLIT_ERROR only when it
     is loaded, and prepare leaves val and test so unless asked; a metadataset reference that loads one is
-    a problem of the reference (`_split_file_problems`).
+    a problem of the reference (`_split_file_problems`). Only where `train` names none and only val or
+    test have samples, a warning says that training on the dataset fails (`_untrainable_warning`).
     """
     counts = _split_counts(dataset, split_file, splits, samples)
     if not any(count.loadable for count in counts.values()):
         return [_no_split_problem(split_file, splits, counts, root)], []
     problems, warnings = [], []
+    untrainable = _untrainable_warning(split_file, splits, counts, root)
+    if untrainable is not None:
+        warnings.append(untrainable)
     for split, count in counts.items():
         if not count.shards or count.loadable:
             continue
@@ -752,6 +758,28 @@ def _split_problems(
         )
         (warnings if split in EVALUATION_SPLITS else problems).append(problem)
     return problems, warnings
+
+
+def _untrainable_warning(
+    split_file: str, splits: dict[str, list[str]], counts: dict[str, _SplitCount], root: str
+) -> Problem | None:
+    """The warning for splits where `train` names no shard and only evaluation splits have samples (an
+    evaluation-only dataset, as `--split-ratio 0,1,0` makes): energon's get_train_dataset fails on it."""
+    with_samples = {split: count.loadable for split, count in counts.items() if count.loadable}
+    if counts.get(TRAIN_SPLIT, _SplitCount()).shards or not set(with_samples) <= set(EVALUATION_SPLITS):
+        return None
+    error = EMPTY_SPLIT_ERROR if TRAIN_SPLIT in splits else "AssertionError, 'Invalid split part'"
+    having = " and ".join(f"{split!r} ({count:,})" for split, count in with_samples.items())
+    fix = f"to train on it, name shards under {TRAIN_SPLIT!r} in `split_parts` in {split_file}"
+    if split_file == SPLIT_YAML:  # the split file prepare writes
+        fix += f", or re-run `shardprep prepare {root}` with a --split-ratio that gives train a share"
+    return Problem(
+        f"{META_DIR}/{split_file}",
+        f"split {TRAIN_SPLIT!r} names no shard, so training on this dataset fails (energon's"
+        f" get_train_dataset raises {error}); only {having} {'has' if len(with_samples) == 1 else 'have'}"
+        " samples, which is fine for evaluation.",
+        fix,
+    )
 
 
 def _no_split_problem(

@@ -477,6 +477,26 @@ def test_an_index_rewritten_while_read_is_verified_again_its_fix_said_once(tmp_p
     assert problem.fix == "run verify again once what writes the index is done"
 
 
+def test_a_val_only_dataset_is_healthy_with_a_warning_that_training_on_it_fails(tmp_path):
+    # verify said "healthy" and nothing else, while energon's get_train_dataset raises EmptyDatasetError.
+    dataset = tmp_path / "d"
+    for shard in range(2):
+        write_tarfile(dataset / f"shard-{shard}.tar", sample_members(f"s{shard}-", 3))
+    prepare_dataset(dataset, split_ratio="0,1,0", sample_type="CrudeWebdataset")
+    report = verify_dataset(dataset)
+    assert report.problems == []
+    assert report.warnings == [
+        Problem(
+            ".nv-meta/split.yaml",
+            "split 'train' names no shard, so training on this dataset fails (energon's get_train_dataset"
+            " raises EmptyDatasetError, 'No shards found in split part'); only 'val' (6) has samples, which"
+            " is fine for evaluation.",
+            "to train on it, name shards under 'train' in `split_parts` in split.yaml, or re-run `shardprep"
+            f" prepare {dataset}` with a --split-ratio that gives train a share",
+        )
+    ]
+
+
 def test_info_and_preview_name_an_unreadable_index_sqlite_as_unreadable(base, tmp_path):
     dataset = damaged(base, tmp_path, "energon")
     (dataset / ".nv-meta" / "index.sqlite").chmod(0)
