@@ -354,25 +354,38 @@ class CpuWatch:
         self._since, self._said = None, False
 
 
-def _run_chunk(function: Callable[..., Any], chunk: list[tuple]) -> tuple[list[Any], Exception | str | None]:
+def _run_chunk(
+    function: Callable[..., Any], chunk: list[tuple]
+) -> tuple[list[Any], BaseException | str | None]:
     """A Ray task: `function(*task)` for each task of the chunk, in order. A task that raises after others
     ran ends the chunk there: its exception comes back beside their results, for the driver to raise
     after giving them, as from `prep.processes.ordered_map`; the first task's exception is raised, as is
     any exception that cannot cross to the driver as a value (then the chunk's results are lost with it,
-    and the driver runs the chunk again from its first task not given)."""
+    and the driver runs the chunk again from its first task not given). A SystemExit (sys.exit) always
+    comes back beside the results: raised, Ray would end the worker with it, a worker that died to the
+    driver, which would retry the chunk."""
     results = []
     for task in chunk:
         try:
             results.append(function(*task))
+        except SystemExit as exited:
+            return results, exited if _portable(exited) else SystemExit(repr(exited.code))
         except Exception as error:
             if not results:
                 raise
-            try:
-                pickle.loads(pickle.dumps(error))
-            except Exception:  # noqa: BLE001 - Ray would fail to return it: the driver reruns the rest
+            if not _portable(error):  # Ray would fail to return it: the driver reruns the rest
                 return results, _RERUN
             return results, error
     return results, None
+
+
+def _portable(error: BaseException) -> bool:
+    """Whether `error` can cross from a worker to the driver as a value (it survives pickling)."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - whatever pickling raises, it does not cross
+        return False
+    return True
 
 
 #: What a chunk gives instead of an exception it cannot return: its remaining tasks are to be run again.
@@ -610,6 +623,9 @@ class RayEngine:
                     if following is not None:
                         pending.append(submit(following, min(following + size, len(tasks))))
                 yield from results
+                if isinstance(failure, SystemExit):  # not the driver's to exit with: the run's error
+                    failed = [name(tasks[start + len(results)])]
+                    raise self._failed(what, failed, failure, retried=attempts.get(start, 0))
                 if isinstance(failure, Exception):
                     raise failure
         finally:
@@ -641,7 +657,7 @@ class RayEngine:
             except Exception:  # cancelled, failed or timed out: it is over, or will be killed with Ray
                 pass
 
-    def _failed(self, what: str, names: list[str], error: Exception, retried: int = 0) -> PrepError:
+    def _failed(self, what: str, names: list[str], error: BaseException, retried: int = 0) -> PrepError:
         """The run's error for a chunk (its tasks `names`) that failed for good after `retried` retries."""
         where = f"A Ray task {what} on {', '.join(names)}"
         if retry_notice(error) is not None:  # a failure that is retried, RETRIES times by now
@@ -651,8 +667,9 @@ class RayEngine:
             )
         from ray import exceptions as ray_failed
 
-        cause = getattr(error, "cause", None)  # what the task raised (a RayTaskError's)
-        if isinstance(error, ray_failed.RayTaskError) and not isinstance(cause, Exception):
+        # what the task raised: a RayTaskError's cause, or the SystemExit a chunk returned
+        cause = error if isinstance(error, SystemExit) else getattr(error, "cause", None)
+        if isinstance(error, (ray_failed.RayTaskError, SystemExit)) and not isinstance(cause, Exception):
             why = (
                 f"it raised {type(cause).__name__}: {_first_line(cause)}, which is not an ordinary exception"
                 " (a BaseException, not an Exception)"

@@ -492,3 +492,23 @@ def test_a_task_ended_by_what_is_not_an_exception_is_named_as_not_retried(cluste
     message = str(raised.value)
     assert "task-7" in message and "Halt: halted at 7" in message and "not retried" in message
     assert "retried 3 times" not in message and not notices
+
+
+def leave(number: int) -> int:
+    if number == 33:
+        sys.exit(3)
+    return number
+
+
+def test_a_task_that_calls_sys_exit_is_named_once_and_not_retried(cluster) -> None:
+    """Ray ends the worker of a task that raises SystemExit, which the driver sees as a worker that died
+    and would retry: the chunk catches it and returns it, naming its task, after the results before it."""
+    notices: list[str] = []
+    got: list[int] = []
+    tasks = [(number,) for number in range(100)]  # chunks of 12: task 33 is in the middle of one
+    with RayEngine(retry_delay=5, notify=notices.append) as engine, pytest.raises(PrepError) as raised:
+        for result in engine.ordered_map(leave, tasks, what="counting", name=lambda task: f"task-{task[0]}"):
+            got.append(result)
+    message = str(raised.value)
+    assert "task-33" in message and "task-32" not in message and "SystemExit: 3" in message, message
+    assert "not retried" in message and not notices and got == list(range(33))
