@@ -155,6 +155,19 @@ def _descendants(root: int) -> dict[int, str]:
     return found
 
 
+def _frozen_descendants(root: int) -> dict[int, str]:
+    """Every descendant of process `root`, with its start time, each stopped (SIGSTOP) so that it starts no
+    other: looked for again until a look finds none new. For `_kill_left`, which SIGKILL ends them with."""
+    found: dict[int, str] = {}
+    while new := {pid: start for pid, start in _descendants(root).items() if found.get(pid) != start}:
+        for pid, start in new.items():
+            if _process_start(pid) == start:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGSTOP)
+        found.update(new)
+    return found
+
+
 def _kill_left(processes: dict[int, str]) -> None:
     """SIGKILL each of `processes` (pid -> start time) still alive; a pid since reused is left alone."""
     for pid, start in processes.items():
@@ -187,10 +200,54 @@ class _Watcher:
         os.waitpid(self.pid, 0)
 
 
-def _keep_handler(signum: int, handler: Any) -> None:
-    """Put `handler` back for `signum` (Ray's init and shutdown replace or reset it), from the main thread."""
-    if handler is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signum, handler)
+@contextlib.contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """SIGTERM handled by this process's own handler (a command's: unwind like Ctrl-C, so what was staged
+    is removed) while the block starts or stops Ray, and after it.
+
+    ray.init puts in handlers of its own (a SystemExit at once: the run ended with exit code 15 and no
+    word), so Ray is kept from setting any while the block runs (`_without_ray_handlers`); ray.shutdown
+    resets SIGTERM to its default (kill at once). A handler that raises while Ray forks its servers
+    raises into a fork hook, where Python prints the exception and drops it: a SIGTERM the block received
+    whose exception did not end the block is handled again after it. Where SIGTERM has no handler of
+    Python's (its default, or ignored), Ray's handle it while the block runs, as they clean up what was
+    half started; outside the main thread the block runs as it is."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        received.append(signum)
+        handler(signum, frame)
+
+    with contextlib.ExitStack() as kept:
+        if callable(handler):
+            kept.enter_context(_without_ray_handlers())
+            signal.signal(signal.SIGTERM, on_sigterm)
+        kept.callback(signal.signal, signal.SIGTERM, handler)
+        yield
+    if received:
+        handler(signal.SIGTERM, None)
+
+
+@contextlib.contextmanager
+def _without_ray_handlers() -> Iterator[None]:
+    """Ray sets no SIGTERM handler while the block runs (not a public API of Ray: if it has changed, Ray's
+    handlers are set as before, until `sigterm_kept` puts the process's own back)."""
+    try:
+        from ray._private import utils as ray_utils
+
+        sets = ray_utils.set_sigterm_handler
+    except (ImportError, AttributeError):
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = sets
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -462,28 +519,25 @@ class RayEngine:
                 check_token(self.address)
             else:
                 self._local.enter_context(token_of_its_own())
-            # ray.init makes SIGTERM exit at once, with a stack dump; keep the command's own handling
-            # (SIGTERM unwinds like Ctrl-C, so what was staged is removed and the run says so).
-            on_sigterm = signal.getsignal(signal.SIGTERM)
             try:
-                ray.init(
-                    # "local": a new instance for the run, even where a cluster runs (use it with "auto")
-                    address=self.address or "local",
-                    num_cpus=self.workers if self.address is None else None,
-                    include_dashboard=False,
-                    logging_level=logging.WARNING,
-                    log_to_driver=False,
-                )
+                with sigterm_kept():
+                    ray.init(
+                        # "local": a new instance for the run, even where a cluster runs (use it with "auto")
+                        address=self.address or "local",
+                        num_cpus=self.workers if self.address is None else None,
+                        include_dashboard=False,
+                        logging_level=logging.WARNING,
+                        log_to_driver=False,
+                    )
             except ray.exceptions.AuthenticationError:  # connecting only: a local instance makes its token
                 raise _token_refused(str(self.address), f"{AUTH_MODE}=token, but none was found") from None
             except (ConnectionError, RuntimeError, ValueError) as error:
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise PrepError(f"Could not start or reach {where}: {error}") from None
-            except BaseException:  # Ctrl-C while Ray starts: stop what it has started so far
+            except BaseException:  # Ctrl-C or SIGTERM while Ray starts: stop what it has started so far
                 self._stop_half_started()
                 raise
             self._started = True
-            _keep_handler(signal.SIGTERM, on_sigterm)
             if self.address is None and sys.platform.startswith("linux"):
                 self._watcher = _Watcher(_descendants(os.getpid()))
         self._check_runnable(after=0)
@@ -527,22 +581,25 @@ class RayEngine:
     def _shut_down(self) -> None:
         with self._local:
             if self._started:
-                on_sigterm = signal.getsignal(signal.SIGTERM)
                 try:
-                    self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
+                    with sigterm_kept():
+                        self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
                 finally:
-                    _keep_handler(signal.SIGTERM, on_sigterm)  # shutdown resets it: SIGTERM must still unwind
                     if self._watcher is not None:
                         self._watcher.close()
 
     def _stop_half_started(self) -> None:
-        """After ray.init was interrupted: shut down what it started, and kill what outlives that."""
-        left = _descendants(os.getpid()) if sys.platform.startswith("linux") else {}
+        """After ray.init was interrupted: kill what it started, then shut down what the driver holds of it.
+
+        Killed first, all at once: a raylet still starting starts Ray's agents, which ray.shutdown would
+        leave running (parentless, waiting for a GCS that is gone) once it had stopped the raylet."""
+        if sys.platform.startswith("linux"):
+            _kill_left(_frozen_descendants(os.getpid()))
         try:
-            self.ray.shutdown()
-        except Exception:  # noqa: BLE001 - half started: whatever is left is killed below
+            with sigterm_kept():
+                self.ray.shutdown()
+        except Exception:  # noqa: BLE001 - half started: what it started is killed already
             pass
-        _kill_left(left)
 
     def cpus(self) -> int:
         """The CPUs of the cluster (at least 1)."""
