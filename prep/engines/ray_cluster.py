@@ -155,11 +155,20 @@ def _descendants(root: int) -> dict[int, str]:
     return found
 
 
-def _frozen_descendants(root: int) -> dict[int, str]:
-    """Every descendant of process `root`, with its start time, each stopped (SIGSTOP) so that it starts no
-    other: looked for again until a look finds none new. For `_kill_left`, which SIGKILL ends them with."""
+def _new_descendants(root: int, before: dict[int, str]) -> dict[int, str]:
+    """The descendants of process `root` (pid -> start time) that are not among `before` (those it had
+    before Ray started: a program's own children, which are not Ray's to end)."""
+    return {pid: start for pid, start in _descendants(root).items() if before.get(pid) != start}
+
+
+def _frozen_descendants(root: int, before: dict[int, str]) -> dict[int, str]:
+    """Every descendant of process `root` not among `before` (`_new_descendants`), with its start time,
+    each stopped (SIGSTOP) so that it starts no other: looked for again until a look finds none new. For
+    `_kill_left`, which SIGKILL ends them with."""
     found: dict[int, str] = {}
-    while new := {pid: start for pid, start in _descendants(root).items() if found.get(pid) != start}:
+    while new := {
+        pid: start for pid, start in _new_descendants(root, before).items() if found.get(pid) != start
+    }:
         for pid, start in new.items():
             if _process_start(pid) == start:
                 with contextlib.suppress(OSError):
@@ -519,6 +528,8 @@ class RayEngine:
                 check_token(self.address)
             else:
                 self._local.enter_context(token_of_its_own())
+            linux = sys.platform.startswith("linux")
+            before = _descendants(os.getpid()) if linux else {}
             try:
                 with sigterm_kept():
                     ray.init(
@@ -535,11 +546,11 @@ class RayEngine:
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
                 raise PrepError(f"Could not start or reach {where}: {error}") from None
             except BaseException:  # Ctrl-C or SIGTERM while Ray starts: stop what it has started so far
-                self._stop_half_started()
+                self._stop_half_started(before)
                 raise
             self._started = True
-            if self.address is None and sys.platform.startswith("linux"):
-                self._watcher = _Watcher(_descendants(os.getpid()))
+            if self.address is None and linux:
+                self._watcher = _Watcher(_new_descendants(os.getpid(), before))
         self._check_runnable(after=0)
         # retried here, not by Ray
         self._remote = ray.remote(num_cpus=TASK_CPUS, max_retries=0, retry_exceptions=False)(_run_chunk)
@@ -588,13 +599,14 @@ class RayEngine:
                     if self._watcher is not None:
                         self._watcher.close()
 
-    def _stop_half_started(self) -> None:
-        """After ray.init was interrupted: kill what it started, then shut down what the driver holds of it.
+    def _stop_half_started(self, before: dict[int, str]) -> None:
+        """After ray.init was interrupted: kill what it started (the processes of this one not among
+        `before`), then shut down what the driver holds of it.
 
         Killed first, all at once: a raylet still starting starts Ray's agents, which ray.shutdown would
         leave running (parentless, waiting for a GCS that is gone) once it had stopped the raylet."""
         if sys.platform.startswith("linux"):
-            _kill_left(_frozen_descendants(os.getpid()))
+            _kill_left(_frozen_descendants(os.getpid(), before))
         try:
             with sigterm_kept():
                 self.ray.shutdown()

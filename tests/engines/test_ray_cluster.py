@@ -110,11 +110,14 @@ def test_without_ray_the_error_is_one_line_naming_the_extra(monkeypatch: pytest.
 
 
 DRIVER = """
-import time
+import subprocess, time
 from prep.engines.ray_cluster import RayEngine
+# the program's own child, started before Ray: not Ray's to end
+own = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 with RayEngine(workers=1) as engine:
     list(engine.ordered_map(abs, [(-1,)], what="warming up"))
     print("ready", flush=True)
+    print(own.pid, flush=True)
     time.sleep(120)
 """
 
@@ -155,8 +158,13 @@ def start_driver(script: str, tmp_path_factory: pytest.TempPathFactory) -> tuple
 def test_no_process_of_a_local_instance_outlives_a_killed_driver(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    """Each process of the instance goes with the driver; the driver's own child started before Ray
+    stays (in a Python program, it is not Ray's)."""
     driver, started = start_driver(DRIVER, tmp_path_factory)
     try:
+        assert driver.stdout is not None
+        own = int(driver.stdout.readline())
+        own_start = started.pop(own)
         assert len(started) >= 3, "expected Ray's servers and workers under the driver"
     finally:
         driver.kill()
@@ -166,7 +174,11 @@ def test_no_process_of_a_local_instance_outlives_a_killed_driver(
         time.monotonic() < deadline
     ):
         time.sleep(0.1)
-    assert not alive, f"processes of the killed driver's Ray instance left running: {alive}"
+    try:
+        assert not alive, f"processes of the killed driver's Ray instance left running: {alive}"
+        assert _process_start(own) == own_start, "the driver's own child was killed with its Ray instance"
+    finally:
+        os.kill(own, signal.SIGKILL)
 
 
 INTERRUPTED_DRIVER = """
