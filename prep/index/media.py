@@ -216,15 +216,16 @@ def add_folder_media_metadata(
     return summary
 
 
-def keep_old_media(root: Path, old: Path, new: Path) -> str | None:
+def keep_old_media(dataset: str | Path, old: Path, new: Path) -> str | None:
     """Carry the media metadata of the old index at `old` into the new one at `new` (a prepare that
     describes no media keeps it, as energon's does); None once done, else the one warning that the old
-    index's media metadata could not be read and is gone, and the commands that describe it again."""
+    index's media metadata could not be read and is gone, and the commands that describe it again (of
+    `dataset`: its folder, or a bucket dataset's address)."""
     problem = keep_media_tables(old, new)
     filters = recorded_media_filters(old) if problem is not None else []
     if not filters:  # nothing kept, or an index too damaged to say whether it held any
         return None
     return (
         f"the media metadata of the old index could not be read ({problem}) and is gone: run"
-        f" {describe_again(root, filters)} to describe the media again."
+        f" {describe_again(dataset, filters)} to describe the media again."
     )

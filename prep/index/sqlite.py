@@ -327,9 +327,7 @@ def keep_media_tables(old: Path, new: Path) -> str | None:
     with closing(sqlite3.connect(new.resolve().as_uri(), uri=True, isolation_level=None)) as db:
         try:
             db.execute("ATTACH DATABASE ? AS old", (old.resolve().as_uri() + "?mode=ro",))
-            tables = {
-                name for (name,) in db.execute("SELECT name FROM old.sqlite_master WHERE type = 'table'")
-            }
+            tables = _table_names(db, "old")
             if "media_metadata" not in tables:
                 return None
             db.execute("BEGIN")
@@ -352,6 +350,23 @@ def keep_media_tables(old: Path, new: Path) -> str | None:
                 raise
             return str(error)
     return None
+
+
+def may_have_media_tables(path: Path) -> bool:
+    """Whether the index at `path` may have media tables to keep (`keep_media_tables`): False only where
+    its schema reads and names none. `path` may hold only the index's first bytes: sqlite reads its
+    schema from page 1 on, so these tell, unless the schema runs past them (then True: look at all of it).
+    """
+    try:
+        with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as db:
+            return "media_metadata" in _table_names(db, "main")
+    except sqlite3.Error:
+        return True
+
+
+def _table_names(db: sqlite3.Connection, schema: str) -> set[str]:
+    """The tables of the database attached to `db` as `schema`."""
+    return {name for (name,) in db.execute(f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}
 
 
 def recorded_media_filters(path: Path) -> list[MediaFilter]:

@@ -105,7 +105,7 @@ class MediaFilter:
         return f"--media-metadata-by-{self.strategy.lower()}"
 
 
-def describe_again(root: Path, filters: list[MediaFilter]) -> str:
+def describe_again(root: str | Path, filters: list[MediaFilter]) -> str:
     """The commands that describe the media of the dataset at `root` as `filters` did, to quote.
 
     >>> print(describe_again(Path("d"), [MediaFilter(EXTENSION), MediaFilter(GLOB, ("*.x",))]))

@@ -291,6 +291,13 @@ class ObjectStore:
         """The whole of object `name`."""
         return self._call(f"read {self.url(name)}", lambda: self._get(name, None))
 
+    def download(self, name: str, path: str | os.PathLike, size: int) -> None:
+        """Object `name`, of `size` bytes as listed, into the file at `path`, `part_size` bytes at a time
+        (memory stays bounded, whatever its size); a StorageError as `read` raises it."""
+        with open(path, "wb") as file:
+            for offset in range(0, size, self.part_size):
+                file.write(self.read(name, offset, min(self.part_size, size - offset), size))
+
     def exists(self, name: str) -> bool:
         from botocore.exceptions import ClientError
 
