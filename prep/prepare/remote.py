@@ -5,7 +5,9 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
 1. the bucket's shards listed with their sizes (`BucketShards`): every `*.tar`/`*.tgz` object below the
    address, hidden ones left out, in energon's order; the existing `.nv-meta` files (not `index.sqlite`)
    copied into a local folder under `--tmp-path`, so the wizard, `--tar-index-only` and a kept
-   dataset.yaml work as for a local dataset;
+   dataset.yaml work as for a local dataset; `index.sqlite` too where it has the media tables
+   `prepare-media` adds, which a prepare keeps (as energon's, which copies the index down first): its
+   first OLD_INDEX_HEAD bytes say whether it has them, so one of gigabytes without them is not downloaded;
 2. each shard's headers walked by ranged GETs (`shard_rows_from_bucket`: `prep.storage.ranged` under
    `prep.tar.scan.RangedHeaderWalker`); a shard of small members is read whole instead and takes the
    vectorised scan. Finding that out costs two small requests before the whole read, so only the first
@@ -48,6 +50,7 @@ from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_
 from prep.index.group import walked_rows
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
+from prep.index.sqlite import may_have_media_tables
 from prep.index.staging import local_path
 from prep.prepare.resume import FORMAT, ShardCheckpoint
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
@@ -82,6 +85,9 @@ WORKER_THREADS = 4
 #: workers pay for their own clients and for sending rows back (measured on moto: 49 and 53 MB of shards
 #: went 20% quicker in threads, 205 and 489 MB 13% quicker in 2 workers).
 MIN_BYTES_FOR_WORKERS = 128 * 1024 * 1024
+#: The first bytes of an old `index.sqlite` read to tell whether it has media tables: its first page
+#: whole, whatever the page size (sqlite's largest), where its schema begins (`may_have_media_tables`).
+OLD_INDEX_HEAD = 64 * 1024
 #: A shard to scan: (name, size, or None if the bucket does not have it, tar_file_id, read it whole at
 #: once rather than probe its first members).
 ScanJob = tuple[str, "int | None", int, bool]
@@ -148,6 +154,9 @@ class BucketShards:
         self.early: EarlyUpload | None = None
         #: `index.sqlite` on its way up while it is written, if `index_growth` began that.
         self.growing: GrowingUpload | None = None
+        #: Whether the old index, with media tables, was copied down: sqlite adds them to the new index
+        #: once it is built, writing pages where it chooses, so the new one goes up whole at the end.
+        self.keeps_media = False
 
     def list_objects(self) -> list[ObjectInfo]:
         listed = self.store.list()
@@ -213,9 +222,12 @@ class BucketShards:
         if self.early is not None:
             self.early.start()
 
-    def index_growth(self, path: Path) -> GrowingUpload:
+    def index_growth(self, path: Path) -> GrowingUpload | None:
         """`index.sqlite`'s upload, begun while it is written (`GrowingUpload`): on a dataset of 10M
-        samples the file is 1.2 GB, which would otherwise go up after everything else."""
+        samples the file is 1.2 GB, which would otherwise go up after everything else. None where the old
+        index's media tables are to be added to it (`keeps_media`)."""
+        if self.keeps_media:
+            return None
         self.growing = GrowingUpload(self.store, f"{META_DIR}/{INDEX_SQLITE}", path)
         return self.growing
 
@@ -332,14 +344,34 @@ def _prepare_and_upload(
 
 
 def _copy_existing_meta(source: BucketShards, root: Path) -> None:
-    """The bucket's `.nv-meta` files, in its sub-folders too (all but index.sqlite, which is rebuilt), into
-    `root/.nv-meta`."""
+    """The bucket's `.nv-meta` files, in its sub-folders too (index.sqlite only where it has media tables to
+    keep: the rest of it is rebuilt), into `root/.nv-meta`."""
     prefix = META_DIR + "/"
     names = [info.name for info in source.list_objects() if info.name.startswith(prefix)]
     names = [name for name in names if name != prefix + INDEX_SQLITE]
-    if not names:
-        return
-    (root / META_DIR).mkdir()
     for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)  # a sub-folder: configs/x.yaml
         (root / name).write_bytes(source.store.get(name))
+    _copy_old_index_with_media(source, root)
+
+
+def _copy_old_index_with_media(source: BucketShards, root: Path) -> None:
+    """The bucket's `index.sqlite` into `root/.nv-meta`, where it has (or may have) media tables; its
+    first OLD_INDEX_HEAD bytes tell, at their place in a sparse file of its size beside `root` (sqlite
+    refuses a file shorter than its header says)."""
+    name = f"{META_DIR}/{INDEX_SQLITE}"
+    info = source.objects.get(name)
+    if info is None:  # a first prepare
+        return
+    head = root.parent / f"old-{INDEX_SQLITE}-head"
+    with open(head, "wb") as file:
+        file.write(source.store.read(name, 0, OLD_INDEX_HEAD, info.size))
+        file.truncate(info.size)
+    try:
+        if not may_have_media_tables(head):
+            return
+    finally:
+        head.unlink()
+    (root / META_DIR).mkdir(exist_ok=True)
+    source.store.download(name, root / name, info.size)
+    source.keeps_media = True

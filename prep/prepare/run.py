@@ -451,8 +451,8 @@ def _prepare_locked(
             media = add_media_metadata(root, shards, index, options.media_filter, workers, media_progress)
             if media.skipped_av:
                 wizard.media_not_described(media.skipped_av)
-        elif source is None and (staged.staging.meta / INDEX_SQLITE).is_file():
-            lost = keep_old_media(root, staged.staging.meta / INDEX_SQLITE, index)
+        elif (staged.staging.meta / INDEX_SQLITE).is_file():  # (a bucket's, where it has media tables)
+            lost = keep_old_media(name, staged.staging.meta / INDEX_SQLITE, index)
             if lost is not None:
                 wizard.media_lost(lost)
         if split is not None:

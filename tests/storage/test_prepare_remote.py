@@ -7,18 +7,23 @@ from __future__ import annotations
 import subprocess
 import sys
 import tarfile
+import warnings
 
 import pytest
 
 from prep.errors import PrepError
 from prep.index.format import META_DIR, tar_index_name
+from prep.media.filter import EXTENSION, MediaFilter
 from prep.prepare import remote
+from prep.prepare.media import prepare_media
 from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
 from prep.prepare.run import PrepareOptions, Unattended, prepare_dataset
 from prep.storage.address import parse_address
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
-from tests.support.prepare import prepared_outputs, run_shardprep, twin
+from tests.prepare.test_media_matches_energon import media_dataset
+from tests.support.damaged_index import described_by_extension, zero_leaf_pages
+from tests.support.prepare import prepared_outputs, run_shardprep, sqlite_contents, twin
 from tests.support.s3 import BIG, mixed_dataset
 from tests.support.shards import sample_members, write_tarfile
 
@@ -432,3 +437,79 @@ def test_index_sqlite_goes_up_while_it_is_written_and_equals_a_local_prepares(s3
     prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
     ours, reference = prepared_outputs(fetched), prepared_outputs(local)
     assert ours["sqlite"] == reference["sqlite"] and ours["tar.idx"] == reference["tar.idx"]
+
+
+@pytest.fixture
+def described_bucket(s3, tmp_path):
+    """(local copy, bucket): 2 shards with images, prepared and described by `prepare-media` on the local
+    copy, then all of it uploaded under s3://BUCKET/ds (prepare-media is for local datasets)."""
+    local = media_dataset(tmp_path / "local", shards=2)
+    prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    prepare_media(local, MediaFilter(EXTENSION))
+    bucket = f"media-{tmp_path.name.lower().replace('_', '-')}"[:60]
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "ds")
+    return local, bucket
+
+
+AGAIN = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset", force_overwrite=True)
+
+
+def test_preparing_a_bucket_again_keeps_the_media_tables_as_a_local_prepare_does(
+    s3, described_bucket, tmp_path
+):
+    # The bucket's new index.sqlite had only samples and sample_parts, without a word; energon's prepare
+    # of a remote dataset copies its index.sqlite down and rebuilds only those two tables in it.
+    local, bucket = described_bucket
+    described = sqlite_contents(local / META_DIR / "index.sqlite")
+    assert (local / META_DIR / "index.sqlite").stat().st_size > 3 * 4096  # downloaded in 4 KiB reads
+    store = open_store(parse_address(f"s3://{bucket}/ds"), part_size=4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare_remote(f"s3://{bucket}/ds", AGAIN, store=store, tmp_path=tmp_path / "scratch")
+    prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset", force_overwrite=True)
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "ds", fetched)
+    kept = sqlite_contents(fetched / META_DIR / "index.sqlite")
+    assert kept["media_filters"] == described["media_filters"] and kept["media_metadata"]["rows"]
+    assert kept == sqlite_contents(local / META_DIR / "index.sqlite")
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_an_old_bucket_index_without_media_costs_only_its_first_bytes(s3, tmp_path):
+    """Whether the old index has media tables is read from its first 64 KiB: an index of megabytes without
+    them is not downloaded."""
+    local = tmp_path / "local"
+    write_tarfile(local / "s-0.tar", sample_members(f"{'k' * 300}-", 3000, {"txt": b"x"}))
+    prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    s3.make_bucket("plain")
+    s3.upload_folder(local, "plain", "ds")
+    store = open_store(parse_address("s3://plain/ds"))
+    sizes = {info.name: info.size for info in store.list()}
+    assert sizes[f"{META_DIR}/index.sqlite"] > 2 << 20
+    prepare_remote("s3://plain/ds", AGAIN, store=store, tmp_path=tmp_path / "scratch")
+    others = sum(size for name, size in sizes.items() if name != f"{META_DIR}/index.sqlite")
+    # (besides the objects once: the old index's first 64 KiB, the first shard's probe of a few headers)
+    assert store.bytes_read - others < 80 << 10
+
+
+def test_unreadable_media_tables_in_a_bucket_index_get_the_local_warning(s3, tmp_path):
+    # The same warning as a local prepare's, naming the bucket dataset (prepare-media, given it, says to
+    # run it on a local copy and upload the index).
+    local, bucket = tmp_path / "local", "damaged"
+    write_tarfile(local / "shard-000.tar", sample_members("sample-", 10))
+    prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    described_by_extension(local / META_DIR / "index.sqlite")
+    zero_leaf_pages(local / META_DIR / "index.sqlite", "media_metadata")
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "ds")
+    with pytest.warns(UserWarning) as caught:
+        prepare_remote(f"s3://{bucket}/ds", AGAIN, tmp_path=tmp_path / "scratch")
+    assert [str(warning.message) for warning in caught] == [
+        "the media metadata of the old index could not be read (database disk image is malformed) and is"
+        f" gone: run `shardprep prepare-media s3://{bucket}/ds --media-metadata-by-extension` to describe"
+        " the media again."
+    ]
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "ds", fetched)
+    assert "media_metadata" not in sqlite_contents(fetched / META_DIR / "index.sqlite")
