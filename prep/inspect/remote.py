@@ -138,16 +138,21 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
     wanted = [tar_index_name(shard) for shard in shards if tar_index_name(shard) in objects]
     present = [shard for shard in shards if shard in objects]
     with ThreadPoolExecutor(MIRROR_THREADS, "shardprep-mirror") as pool:
-        list(pool.map(lambda name: _download(store, root, name), [*meta, *wanted]))
+        list(pool.map(lambda name: _download(store, root, name, objects[name].size), [*meta, *wanted]))
         list(pool.map(lambda shard: _mirror_shard(store, root, shard, objects[shard].size, fill), present))
 
 
-def _download(store: ObjectStore, root: Path, name: str) -> None:
+def _download(store: ObjectStore, root: Path, name: str, size: int | None = None) -> None:
+    """Object `name` into its place below `root`, unless there already: with its `size` as listed, a part
+    at a time (an `index.sqlite` of 244M samples is 30 GB), else in one GET (a YAML)."""
     target = root / local_path(name)
     if target.exists():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(store.get(name))
+    if size is None:
+        target.write_bytes(store.get(name))
+    else:
+        store.download(name, target, size)
 
 
 def _mirror_shard(store: ObjectStore, root: Path, shard: str, size: int, fill: str) -> None:

@@ -58,6 +58,18 @@ def test_verify_of_a_healthy_bucket_dataset_reads_little(prepared):
     assert run_shardprep("verify", address, "--deep").returncode == 0
 
 
+def test_the_index_of_a_bucket_dataset_is_fetched_a_part_at_a_time(prepared):
+    """An `index.sqlite` of 244M samples is 30 GB: the mirror downloads it in reads of `part_size`, never
+    in one GET held in memory."""
+    _, address = prepared
+    store = open_store(parse_address(address), part_size=4096)
+    index = next(info for info in store.list() if info.name.endswith("index.sqlite"))
+    assert index.size > 4 * 4096
+    with remote_mirror(address, store=store) as (root, _):
+        assert (root / ".nv-meta" / "index.sqlite").stat().st_size == index.size
+    assert store.requests >= index.size // 4096, store.requests
+
+
 def test_verify_names_a_damaged_header_in_the_bucket_as_locally(s3, prepared, tmp_path):
     local, address = prepared
     shard = local / "big-000.tar"
