@@ -7,11 +7,29 @@ from collections.abc import Callable
 from typing import Any
 
 
+def end_workers(loader: Any) -> None:
+    """End the worker processes of an energon loader read to its end, now, and check they ended cleanly.
+
+    energon's loaders keep their workers between epochs (torch's `persistent_workers`): torch ends them only
+    when the loader's iterator is deleted. Deleted in a garbage collection (a loader is easily kept in a
+    cycle: energon keeps the exceptions it tried dataset configs with, and their tracebacks hold the
+    caller's frames), the queues that would tell the workers to stop are closed first, and torch kills the
+    workers with SIGTERM after 5 s; each leaves behind the `/tmp/pymp-*` folder multiprocessing made in it.
+    """
+    iterator = loader._iterator
+    if iterator is None:
+        return
+    iterator._shutdown_workers()
+    assert [worker.exitcode for worker in iterator._workers] == [0] * len(iterator._workers), (
+        "the loader's workers did not end on their own"
+    )
+
+
 def batches_around_a_restore(fresh: Callable[[], Any], taken: int = 3) -> tuple[list, list]:
     """The batches a fresh savable loader gives after its first `taken`, and the batches a second fresh
     loader gives once the first one's state, saved after those `taken`, is restored into it.
 
-    Both are read to the end, so each loader's workers finish on their own instead of being waited for.
+    Both are read to the end, then their workers ended (`end_workers`).
     """
     loader = fresh()
     iterator = iter(loader)
@@ -21,7 +39,10 @@ def batches_around_a_restore(fresh: Callable[[], Any], taken: int = 3) -> tuple[
     expected = list(iterator)
     restored = fresh()
     restored.restore_state_rank(state)
-    return expected, list(restored)
+    got = list(restored)
+    for each in (loader, restored):
+        end_workers(each)
+    return expected, got
 
 
 def train_dataset(
