@@ -85,15 +85,20 @@ def test_a_prepared_webdataset_gets_the_rows_energons_prepare_media_adds(tmp_pat
     assert_same_media_index(ours, theirs)
 
 
+def prepare_and_describe(ours: Path, theirs: Path) -> None:
+    """`ours` prepared and its media described by extension with shardprep, `theirs` with energon."""
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    run_energon_prepare(str(theirs), *FLAGS)
+    run_shardprep("prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True)
+    run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
+
+
 def test_preparing_again_keeps_the_media_tables_as_energon_does(tmp_path: Path) -> None:
     # Our prepare rebuilt index.sqlite and dropped the media tables without a word; energon's drops and
     # rebuilds only `samples` and `sample_parts`.
     ours = media_dataset(tmp_path / "ours", shards=1)
     theirs = twin(ours, "theirs")
-    run_shardprep("prepare", str(ours), *FLAGS, check=True)
-    run_energon_prepare(str(theirs), *FLAGS)
-    run_shardprep("prepare-media", str(ours), "--media-metadata-by-extension", "--no-progress", check=True)
-    run_energon_prepare_media(str(theirs), "--media-metadata-by-extension")
+    prepare_and_describe(ours, theirs)
     described = sqlite_contents(ours / ".nv-meta" / "index.sqlite")
     again = run_shardprep("prepare", str(ours), *FLAGS, "--force-overwrite", check=True)
     run_energon_prepare(str(theirs), *FLAGS, "--force-overwrite")
@@ -118,10 +123,7 @@ def test_audio_and_video_in_a_folder_and_in_shards_get_energons_rows(tmp_path: P
 
     shards = av_dataset(tmp_path / "shards", shards=2)
     shards_theirs = twin(shards, "shards-theirs")
-    run_shardprep("prepare", str(shards), *FLAGS, check=True)
-    run_energon_prepare(str(shards_theirs), *FLAGS)
-    run_shardprep("prepare-media", str(shards), "--media-metadata-by-extension", "--no-progress", check=True)
-    run_energon_prepare_media(str(shards_theirs), "--media-metadata-by-extension")
+    prepare_and_describe(shards, shards_theirs)
     assert media_rows(shards)
     assert_same_media_index(shards, shards_theirs)
 
