@@ -107,8 +107,9 @@ def test_the_time_a_bucket_write_reports_includes_its_upload(s3, source, tmp_pat
     options = WriteOptions.parse(parts=["text=txt"], maxcount=1000)
     started = time.perf_counter()
     summary = write_remote([JsonlSource(source)], "s3://timed/out", options, store=store, tmp_path=tmp_path)
-    took = time.perf_counter() - started  # 0.4 s at least: shards, .tar.idx, .nv-meta, .info.json in turn
-    assert took > 0.35 and summary.seconds > 0.8 * took, (summary.seconds, took)
+    # 0.3 s at least: .tar.idx, .nv-meta and .info.json in turn after the write (the shard goes up during it)
+    took = time.perf_counter() - started
+    assert took > 0.3 and summary.seconds > 0.8 * took, (summary.seconds, took)
 
 
 def test_a_write_aborts_the_incomplete_uploads_a_killed_run_left_for_its_keys(s3, source, tmp_path):
