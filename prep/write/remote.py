@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from prep.errors import PrepError
-from prep.storage.address import ObjectAddress, require_address
+from prep.storage.address import require_address
 from prep.storage.scratch import resume_folder_for, scratch_folder
 from prep.storage.store import ObjectStore, StorageError, open_store
 from prep.storage.upload import (
@@ -70,15 +70,15 @@ def write_remote(
     parsed = require_address(address)
     store = store or open_store(parsed)
     existing = [info.name for info in store.list()]
+    kept = resume_folder_for(parsed, tmp_path, WRITE_RESUME) if options.resume else None
     # --resume over objects: those an interrupted run of this write uploaded, if one left its work here
-    resuming = options.resume and resume_folder_for(parsed, tmp_path, WRITE_RESUME).is_dir()
-    if existing and not (options.overwrite or resuming):
+    if existing and not (options.overwrite or (kept is not None and kept.is_dir())):
         raise PrepError(
             f"{address} is not empty ({len(existing)} objects, e.g. {existing[0]}). Give a new prefix, or"
             " --overwrite to replace what is there."
         )
     leftovers = earlier_uploads(store, note)
-    with _local_folder(parsed, tmp_path, options.resume) as out_dir:
+    with _local_folder(kept, tmp_path) as out_dir:
         streams = not existing and not options.resume
         shards = ShardUploads(store, out_dir, keep=options.media_filter is not None) if streams else None
         # the local folder is the run's own: what a --resume run there finished is redone or reused
@@ -113,22 +113,22 @@ def write_remote(
                     " was."
                 ) from None
             raise
-        delete_stale(store, sorted(set(existing) - set(built)))
+        delete_stale(store, strangers)
         # the run's time is the write's and the upload's (the summary says "Wrote ... in N s")
         summary = dataclasses.replace(summary, seconds=time.perf_counter() - started)
         return _named(summary, out_dir, address)
 
 
 @contextmanager
-def _local_folder(address: ObjectAddress, tmp_path: str | Path | None, resume: bool) -> Iterator[Path]:
-    """Where the dataset is written before it goes up: a scratch folder, removed however the run ends; with
-    `resume`, a folder of this user's named by the address (`resume_folder_for`), kept for a rerun unless
-    the run succeeds."""
-    if not resume:
+def _local_folder(kept: Path | None, tmp_path: str | Path | None) -> Iterator[Path]:
+    """Where the dataset is written before it goes up: a scratch folder under `tmp_path`, removed however
+    the run ends; with --resume, `kept`, the folder of this user's named by the address
+    (`resume_folder_for`), kept for a rerun unless the run succeeds."""
+    if kept is None:
         with scratch_folder(tmp_path, "write") as folder:
             yield folder
         return
-    folder = resume_folder_for(address, tmp_path, WRITE_RESUME)
+    folder = kept
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         found = folder.lstat()
