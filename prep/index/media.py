@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prep.errors import PrepError, ShardError, errors_report
-from prep.index.sqlite import MediaIndexWriter, keep_media_tables, recorded_media_filters
+from prep.index.sqlite import MediaIndexWriter, keep_media_tables, media_commands
 from prep.media.describe import MediaRow, describe_part
-from prep.media.filter import AV, MediaFilter, describe_again
+from prep.media.filter import AV, MediaFilter
 from prep.media.images import MediaError, from_file
 from prep.media.pyav import pyav_available
 from prep.processes import ordered_map
@@ -222,10 +222,10 @@ def keep_old_media(dataset: str | Path, old: Path, new: Path) -> str | None:
     index's media metadata could not be read and is gone, and the commands that describe it again (of
     `dataset`: its folder, or a bucket dataset's address)."""
     problem = keep_media_tables(old, new)
-    filters = recorded_media_filters(old) if problem is not None else []
-    if not filters:  # nothing kept, or an index too damaged to say whether it held any
+    commands = None if problem is None else media_commands(old, dataset)
+    if commands is None:  # nothing kept, or an index too damaged to say whether it held any
         return None
     return (
-        f"the media metadata of the old index could not be read ({problem}) and is gone: run"
-        f" {describe_again(dataset, filters)} to describe the media again."
+        f"the media metadata of the old index could not be read ({problem}) and is gone: run {commands} to"
+        " describe the media again."
     )

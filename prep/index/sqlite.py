@@ -369,25 +369,27 @@ def _table_names(db: sqlite3.Connection, schema: str) -> set[str]:
     return {name for (name,) in db.execute(f"SELECT name FROM {schema}.sqlite_master WHERE type = 'table'")}
 
 
-def recorded_media_filters(path: Path) -> list[MediaFilter]:
-    """The media filters the index at `path` records (what `prepare-media` made its media metadata with);
-    none where it has no media tables, or they cannot be read (a damaged file: a hint, never an error)."""
+def media_commands(path: Path, dataset: str | Path) -> str | None:
+    """The commands that describe the media of `dataset` (its folder, or a bucket dataset's address) again
+    as the index at `path` records `prepare-media` described them (`describe_again`); None where it
+    records no media filter, or they cannot be read (a damaged file: a hint, never an error)."""
     try:
         uri = path.resolve().as_uri() + "?mode=ro"
         with closing(sqlite3.connect(uri, uri=True)) as db:
             rows = db.execute("SELECT strategy, patterns FROM media_filters ORDER BY filter_id").fetchall()
     except (sqlite3.Error, OSError):
-        return []
-    return [MediaFilter.stored(strategy, patterns) for strategy, patterns in rows]
+        return None
+    filters = [MediaFilter.stored(strategy, patterns) for strategy, patterns in rows]
+    return describe_again(dataset, filters) if filters else None
 
 
 def rerun_prepare_advice(path: Path) -> str:
     """What to do about the damaged index at `path`: prepare again, then, where it records media filters,
     describe the media again as it was described."""
-    filters = recorded_media_filters(path)
-    if not filters:
-        return RERUN_PREPARE
-    return f"{RERUN_PREPARE} Then run {describe_again(path.parent.parent, filters)} for its media metadata."
+    commands = media_commands(path, path.parent.parent)
+    return (
+        RERUN_PREPARE if commands is None else f"{RERUN_PREPARE} Then run {commands} for its media metadata."
+    )
 
 
 class PartLocation(NamedTuple):

@@ -44,10 +44,9 @@ from prep.index.group import key_and_part, shard_rows
 from prep.index.meta import MAKE_READABLE as READABLE
 from prep.index.meta import SPLIT_FILE_PARSERS, read_splits, split_file_name, unreadable_reason
 from prep.index.metadataset import AuxReference, DatasetReference, metadataset_file, read_metadataset
-from prep.index.sqlite import DamagedIndexError, IndexChangedError, NullRowsError, recorded_media_filters
+from prep.index.sqlite import DamagedIndexError, IndexChangedError, NullRowsError, media_commands
 from prep.index.yaml_reader import UnresolvedAliasError
 from prep.inspect.aux_references import dataset_files, folder_files, loaded_references
-from prep.media.filter import describe_again
 from prep.tar.fields import BLOCK, NAME, PREFIX_START, REGULAR_TYPES, SIZE, TYPEFLAG
 from prep.tar.header import checksums_match, octal_fields
 from prep.tar.scan import HeaderWalker, check_not_compressed, first_nonzero, repack_command
@@ -887,9 +886,9 @@ def unread_index_problem(error: PrepError, root: str) -> Problem:
     fix = REPREPARE.format(root=root)
     if not isinstance(error, DamagedIndexError):
         return Problem(where, f"cannot be read: {error}", fix)
-    filters = recorded_media_filters(error.path)
-    if filters:
-        fix += f", then {describe_again(Path(root), filters)} for its media metadata"
+    commands = media_commands(error.path, root)
+    if commands is not None:
+        fix += f", then {commands} for its media metadata"
     return Problem(where, f"{error.problem}.", fix)
 
 
