@@ -16,7 +16,8 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    is indexed all the same, at the cost of its bytes. The walk waits on the network and then on the
    GIL, so shards go in batches to `--num-workers` processes (`prep.processes.ordered_map`), each
    scanning its batch in a few threads with a client of its own; a small run, or one worker, stays in
-   this process's threads;
+   this process's threads. With `--engine ray` every batch is a Ray task instead, on any node of the
+   cluster, its client made there (`ObjectStore.for_other_machines`: with the keys this machine found);
 3. the index built and committed in the local folder, exactly as a local prepare builds it (a file whose
    name has a part too long for a local file at its `local_path`). `index.sqlite` (1.2 GB for 10M
    samples) goes up while it is written: its parts in a multipart upload as the pages in them are
@@ -45,6 +46,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, ShardError
 from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_name
 from prep.index.group import walked_rows
@@ -143,8 +145,17 @@ class BucketShards:
     """The shards of a dataset in a bucket: a `prep.prepare.run.ShardSource`. `--resume` keeps their rows
     in `resume_folder`, a local folder that stays the same for the same address and `--tmp-path`."""
 
-    def __init__(self, store: ObjectStore, resume_folder: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        resume_folder: Path | None = None,
+        *,
+        engine: str = LOCAL,
+        ray_address: str | None = None,
+    ) -> None:
         self.store = store
+        #: Where the shards are scanned (`--engine`): this machine's threads and processes, or Ray tasks.
+        self.engine, self.ray_address = engine, ray_address
         self.name = str(store.address)
         self.objects: dict[str, ObjectInfo] = {}
         self.resume_folder = resume_folder or resume_folder_for(store.address, None)
@@ -189,6 +200,9 @@ class BucketShards:
             return
         whole = has_small_members(self.store, *jobs[0][:2])  # then the dataset's shards are read whole
         jobs = [(shard, size, tar_file_id, whole) for shard, size, tar_file_id, _ in jobs]
+        if self.engine == RAY:
+            yield from self._scanned_by_ray(jobs, workers)
+            return
         total = sum(size or 0 for _, size, _, _ in jobs)
         if workers <= 1 or len(jobs) <= WORKER_THREADS or total < MIN_BYTES_FOR_WORKERS:
             yield from _scanned_in_threads(self.store, jobs, SCAN_THREADS)
@@ -199,6 +213,23 @@ class BucketShards:
             _scan_batch, batches, min(workers, len(batches)), what=what, preload="prep.tar.scan"
         ):
             yield from results
+
+    def _scanned_by_ray(self, jobs: list[ScanJob], workers: int) -> Iterator[ShardRows | ShardError]:
+        """The jobs' results in job order, scanned by Ray tasks (`prep.engines.ray_cluster`), each a batch
+        of shards in its threads as a worker process scans them: on whichever node runs it, with the
+        store's client made there (from the same address and credentials)."""
+        from prep.engines.ray_cluster import RayEngine  # Ray is slow to import: only for --engine ray
+
+        store = self.store.for_other_machines()
+        batches = [(store, jobs[at : at + WORKER_THREADS]) for at in range(0, len(jobs), WORKER_THREADS)]
+        with RayEngine(self.ray_address, workers) as cluster:
+            for results in cluster.ordered_map(
+                _scan_batch,
+                batches,
+                what=f"scanning shards in {self.store.address}",
+                name=lambda batch: ", ".join(job[0] for job in batch[1]),
+            ):
+                yield from results
 
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         return self.store.read(shard, offset, size)
@@ -295,12 +326,10 @@ def prepare_remote(
             "--fix-duplicates renames members inside the shards, which objects in a bucket cannot have done"
             " in place; fix a local copy and upload it."
         )
-    if options.engine != "local":
-        raise PrepError(
-            "--engine ray is for local datasets; a bucket dataset is scanned by this machine's processes."
-        )
     store = store or open_store(address)
-    source = BucketShards(store, resume_folder_for(address, tmp_path))
+    source = BucketShards(
+        store, resume_folder_for(address, tmp_path), engine=options.engine, ray_address=options.ray_address
+    )
     with scratch_folder(tmp_path, "prepare") as root:
         source.early_folder = root.parent / "uploading"
         _copy_existing_meta(source, root)

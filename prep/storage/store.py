@@ -17,6 +17,7 @@ the store's `ClientSpec`.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -73,6 +74,10 @@ class RetryPolicy:
 
     def delays(self) -> list[float]:
         return [self.first_delay * 2**i for i in range(self.attempts - 1)]
+
+
+#: How botocore says it found keys that stay as they are (`ObjectStore.for_other_machines`).
+STATIC_CREDENTIALS = ("env", "shared-credentials-file", "config-file", "boto-config")
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,28 @@ class ObjectStore:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._count_lock = threading.Lock()
+
+    def for_other_machines(self) -> ObjectStore:
+        """This store, to be sent to processes on other machines (Ray tasks): with the keys this process
+        found in its environment or its AWS credentials files, which another machine need not have.
+        Credentials that expire and are renewed (an instance's or a container's role, SSO, an assumed
+        role) are left for each machine to find as its own, and so are those of the MSC profile, which
+        the store already carries."""
+        if self.spec.credentials:
+            return self
+        import botocore.session
+
+        found = botocore.session.Session().get_credentials()
+        if found is None or found.method not in STATIC_CREDENTIALS:
+            return self
+        frozen = found.get_frozen_credentials()
+        keys = {"aws_access_key_id": frozen.access_key, "aws_secret_access_key": frozen.secret_key}
+        if frozen.token:
+            keys["aws_session_token"] = frozen.token
+        store = copy.copy(self)
+        store.spec = replace(self.spec, credentials=tuple(sorted(keys.items())))
+        store._count_lock = threading.Lock()
+        return store
 
     # --- names -----------------------------------------------------------------------------------------
 

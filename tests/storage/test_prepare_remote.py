@@ -24,6 +24,7 @@ from prep.storage.store import ObjectStore, open_store
 from tests.prepare.test_media_matches_energon import media_dataset
 from tests.support.damaged_index import described_by_extension, zero_leaf_pages
 from tests.support.prepare import prepared_outputs, run_shardprep, sqlite_contents, twin
+from tests.support.ray import local_ray
 from tests.support.s3 import BIG, mixed_dataset
 from tests.support.shards import sample_members, write_tarfile
 
@@ -258,6 +259,48 @@ def test_a_bad_shard_in_a_worker_is_named_as_locally(s3, in_workers, tmp_path):
     local = run_shardprep("prepare", str(source), *FLAGS)
     assert "s2.tar at byte" in str(raised.value) and str(raised.value) in local.stderr
     assert len(s3.keys("broken-workers")) == 4, "a failed prepare wrote to the bucket"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A local Ray instance with 2 CPUs for the module's Ray tests; yields its address. Started after
+    the S3 server, so its workers have none of the AWS_* variables: what they read the bucket with comes
+    with their tasks."""
+    for ray in local_ray(tmp_path_factory):
+        yield ray.get_runtime_context().gcs_address
+
+
+def test_ray_tasks_scan_a_bucket_into_what_a_local_prepare_writes(s3, bucket_dataset, ray_cluster, tmp_path):
+    local, bucket = bucket_dataset
+    store = open_store(parse_address(f"s3://{bucket}/ds"))
+    shards = sum(info.size for info in store.list() if info.name.endswith(".tar"))
+    options = PrepareOptions(
+        split_ratio="8,1,1", sample_type="CrudeWebdataset", engine="ray", ray_address=ray_cluster
+    )
+    counts = prepare_remote(f"s3://{bucket}/ds", options, store=store)
+    assert counts is not None
+    # This process probed the first shard and sent the index up; the shards were read by Ray's workers.
+    assert store.bytes_read < shards / 10, f"{store.bytes_read:,} of {shards:,} bytes read by the driver"
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "ds", fetched)
+    ours = twin(local, "reference")
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    assert prepared_outputs(fetched) == prepared_outputs(ours)
+
+
+def test_a_bad_shard_scanned_by_ray_is_named_as_locally(s3, ray_cluster, tmp_path):
+    s3.make_bucket("broken-ray")
+    source = tmp_path / "src"
+    for shard in range(9):
+        write_tarfile(source / f"s{shard}.tar", sample_members(f"s{shard}-", 5))
+    (source / "s6.tar").write_bytes((source / "s6.tar").read_bytes()[:2000])
+    s3.upload_folder(source, "broken-ray", "ds")
+    ray = ["--engine", "ray", "--ray-address", ray_cluster]
+    result = run_shardprep("prepare", "s3://broken-ray/ds", *FLAGS, *ray)
+    local = run_shardprep("prepare", str(source), *FLAGS)
+    assert result.returncode == 1 and "s6.tar at byte" in result.stderr
+    assert result.stderr.splitlines()[-1] in local.stderr
+    assert len(s3.keys("broken-ray")) == 9, "a failed prepare wrote to the bucket"
 
 
 def test_messages_name_the_bucket_not_the_local_folder_the_index_is_built_in(s3, tmp_path):
