@@ -38,6 +38,7 @@ predict S3's absolute speed.
     python -m tools.bench_s3 --server moto
     python -m tools.bench_s3 --text-shards 20 --text-samples-per-shard 5000 --datasets text,big
     python -m tools.bench_s3 --energon skip --num-workers 1   # shardprep alone, scanning in threads
+    python -m tools.bench_s3 --energon skip --shardprep-flags "--engine ray"   # scanned by Ray tasks
 
 moto reads an object's whole value for every ranged GET (then slices it), so a small read of a big object
 costs it about 0.1 ms per MB of the object on top of its ~4 ms per request; a real S3 answers a ranged GET
@@ -173,7 +174,7 @@ def prepare(
     env: dict[str, str],
     scratch: Path,
     server: S3Server,
-    workers: int | None = None,
+    flags: tuple[str, ...] = (),
 ) -> tuple[float, float, float, str]:
     """(wall seconds, CPU seconds, peak RSS in MB, the error it stopped on or "") of one tool's prepare:
     the CPU time of its whole process tree (user and system), what a real object store would leave to
@@ -182,8 +183,7 @@ def prepare(
     energon that fails (whatever the cause: its workers can read each other's answers, see README) is
     reported, and one that hangs (`STALL_SECONDS`) is killed and reported."""
     command = (
-        [sys.executable, "-m", "prep", "prepare", address, *FLAGS]
-        + (["--num-workers", str(workers)] if workers else [])
+        [sys.executable, "-m", "prep", "prepare", address, *FLAGS] + list(flags)
         if tool == "shardprep"
         else [energon_executable(), "prepare", address, *FLAGS]
     )
@@ -300,7 +300,7 @@ def bench_dataset(
     env: dict,
     scratch: Path,
     tools: list[str],
-    workers: int | None = None,
+    flags: tuple[str, ...] = (),
 ) -> list[Run]:
     size, headers = shards_size(folder), header_bytes(folder)
     print(f"  the shards' headers: {headers:,} B = {100 * headers / size:.2f}% of {size:,} B", flush=True)
@@ -313,7 +313,7 @@ def bench_dataset(
     for tool in tools:
         settle(server)
         sent, busy = server.bytes_sent(), server.cpu_seconds()
-        seconds, cpu, rss, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, server, workers)
+        seconds, cpu, rss, failed = prepare(tool, f"msc://{PROFILE}/{name}", env, scratch, server, flags)
         read, busy = server.bytes_sent() - sent, server.cpu_seconds() - busy
         runs.append(Run(tool, name, samples, size, seconds, cpu, read, rss, failed=failed, headers=headers))
         print(
@@ -459,8 +459,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--energon", choices=["run", "skip"], default="run")
     parser.add_argument("--num-workers", type=int, help="shardprep's --num-workers (default: its own)")
+    parser.add_argument(
+        "--shardprep-flags", default="", help="more flags for shardprep's prepare, such as '--engine ray'"
+    )
     parser.add_argument("--cache", type=Path, default=bench_datasets.DEFAULT_ROOT)
     args = parser.parse_args(argv)
+    flags = (
+        *(["--num-workers", str(args.num_workers)] if args.num_workers else []),
+        *args.shardprep_flags.split(),
+    )
     load = os.getloadavg()
     print(
         f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, load {load[0]:.2f}",
@@ -515,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"unknown dataset {name!r}; choose from text, docs, big")
             shards = len(list(folder.rglob("*.tar")))
             print(f"{name}: {samples:,} samples in {shards} shards, {parts} per sample", flush=True)
-            runs += bench_dataset(name, folder, samples, server, env, scratch, tools, args.num_workers)
+            runs += bench_dataset(name, folder, samples, server, env, scratch, tools, flags)
         print(
             "\ndataset   shardprep samples/s   energon samples/s   ratio   bytes read: shardprep / energon"
             "   tools' CPU: shardprep / energon   peak RSS sum: shardprep / energon   headers (the least)"
