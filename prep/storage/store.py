@@ -22,8 +22,9 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -320,10 +321,11 @@ class ObjectStore:
 
     def download(self, name: str, path: str | os.PathLike, size: int) -> None:
         """Object `name`, of `size` bytes as listed, into the file at `path`, `part_size` bytes at a time
-        (memory stays bounded, whatever its size); a StorageError as `read` raises it."""
-        with open(path, "wb") as file:
+        (memory stays bounded, whatever its size); a StorageError as `read` raises it (an object replaced
+        since it was listed is one): a failure, or an interruption (Ctrl-C), leaves no file at `path`."""
+        with _whole_or_none(path) as fd:
             for offset in range(0, size, self.part_size):
-                file.write(self.read(name, offset, min(self.part_size, size - offset), size))
+                _write_at(fd, self.read(name, offset, min(self.part_size, size - offset), size), offset)
 
     def exists(self, name: str) -> bool:
         from botocore.exceptions import ClientError
@@ -538,6 +540,29 @@ def _read_at(fd: int, offset: int, length: int) -> bytes:
         chunks.append(chunk)
         offset, length = offset + len(chunk), length - len(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    """`data` into the open file `fd` at `offset`."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+@contextmanager
+def _whole_or_none(path: str | os.PathLike) -> Iterator[int]:
+    """The descriptor of a new (or emptied) file at `path`, open for writing; the file is removed unless
+    the block completes, so that a file there is a whole one."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    whole = False
+    try:
+        yield fd
+        whole = True
+    finally:
+        os.close(fd)
+        if not whole:
+            os.unlink(path)
 
 
 def _object_size(response: dict[str, Any]) -> int | None:

@@ -1,5 +1,5 @@
 """The bucket client against a real S3 server (moto on loopback): listing, ranged and whole reads,
-uploads in one piece and in parts, deletes, and a clear error once retries run out."""
+downloads, uploads in one piece and in parts, deletes, and a clear error once retries run out."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -210,3 +212,54 @@ def test_a_server_certificate_not_trusted_is_named_at_once_with_what_to_do(tmp_p
     assert "CERTIFICATE_VERIFY_FAILED" in message and "AWS_CA_BUNDLE" in message
     assert "attempts" not in message and "is up and reachable" not in message
     assert len(connections) <= 2  # one try (its connection pool opens two); three tries opened six
+
+
+@contextmanager
+def each_get(store: ObjectStore, seen: Callable[[str], None]) -> Iterator[None]:
+    """`seen(range)` before each ranged GET `store` sends (in the thread that sends it), for the block."""
+    event = "before-parameter-build.s3.GetObject"
+
+    def hook(params: dict, **_: object) -> None:
+        seen(params.get("Range", ""))
+
+    store.client.meta.events.register(event, hook)
+    try:
+        yield
+    finally:
+        store.client.meta.events.unregister(event, hook)
+
+
+PART = 4096
+
+
+@pytest.mark.parametrize("size", [0, 1, PART - 1, PART, PART + 1, 5 * PART + 3])
+def test_a_download_is_the_object_in_one_request_per_part(s3, tmp_path, size):
+    s3.make_bucket("fetched")
+    store = open_store(parse_address("s3://fetched/ds"), part_size=PART)
+    data = os.urandom(size)
+    store.put("index.sqlite", data)
+    ranges: list[str] = []
+    before = store.requests, store.bytes_read
+    with each_get(store, ranges.append):
+        store.download("index.sqlite", tmp_path / "index.sqlite", size)
+    assert (tmp_path / "index.sqlite").read_bytes() == data
+    parts = range(0, size, PART)
+    assert sorted(ranges) == sorted(f"bytes={at}-{min(at + PART, size) - 1}" for at in parts)
+    assert (store.requests, store.bytes_read) == (before[0] + len(parts), before[1] + size)
+
+
+def test_an_object_replaced_during_a_download_is_refused_and_leaves_no_file(s3, tmp_path):
+    s3.make_bucket("replaced")
+    store = open_store(parse_address("s3://replaced/ds"), part_size=PART)
+    store.put("index.sqlite", os.urandom(8 * PART))
+    size = store.list()[0].size
+
+    def replace_at_third_part(byte_range: str) -> None:
+        if byte_range.startswith(f"bytes={2 * PART}-"):
+            s3.client().put_object(Bucket="replaced", Key="ds/index.sqlite", Body=os.urandom(9 * PART))
+
+    target = tmp_path / "index.sqlite"
+    with each_get(store, replace_at_third_part), pytest.raises(StorageError) as raised:
+        store.download("index.sqlite", target, size)
+    assert f"index.sqlite changed while it was read: it was listed at {size:,} bytes" in str(raised.value)
+    assert not target.exists(), "a file that is not the object was left where the object goes"
