@@ -1,5 +1,5 @@
-"""One dataset's bucket: list, read (whole or a byte range), upload (multipart when big) and delete objects,
-and list and abort the multipart uploads left incomplete below it.
+"""One dataset's bucket: list, read (whole or a byte range), download (in parts, a few at once), upload
+(multipart when big) and delete objects, and list and abort the multipart uploads left incomplete below it.
 
 Every request is retried on a transient failure (connection refused or reset, a timeout, a 5xx or a
 throttling answer) with exponential backoff, a bounded number of times (`RetryPolicy`); then a
@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -40,10 +40,10 @@ MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
 #: S3 takes at most this many parts per upload: a bigger file goes up in bigger parts.
 MAX_PARTS = 10_000
-#: Parts of one file on their way up at once.
+#: Parts of one file on their way up, or down, at once.
 PART_THREADS = 4
-#: Parts held in memory at once in this process, whatever the number of files going up together (an
-#: upload of 16 shards at a time would otherwise hold 16 x PART_THREADS parts).
+#: Parts held in memory at once in this process, whatever the number of files going up or down together
+#: (an upload of 16 shards at a time would otherwise hold 16 x PART_THREADS parts).
 PARTS_IN_MEMORY = 8
 #: How long the server may take to answer the request that finishes a multipart upload: it joins the parts
 #: first (S3 says that can take minutes, and keeps the connection alive meanwhile; other servers do not).
@@ -129,7 +129,8 @@ def _loader(data_path: str | None) -> Any:
 #: This process's clients: (pid, spec) -> client. The pid keeps a forked child off its parent's client.
 _CLIENTS: dict[tuple[int, ClientSpec], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
-#: One per part read into memory and not yet uploaded (see PARTS_IN_MEMORY).
+#: One per part in memory: read from a file and not yet uploaded, or downloaded and not yet written (see
+#: PARTS_IN_MEMORY).
 _PART_SLOTS = threading.BoundedSemaphore(PARTS_IN_MEMORY)
 os.register_at_fork(
     after_in_child=lambda: globals().update(
@@ -320,12 +321,40 @@ class ObjectStore:
         return self._call(f"read {self.url(name)}", lambda: self._get(name, None))
 
     def download(self, name: str, path: str | os.PathLike, size: int) -> None:
-        """Object `name`, of `size` bytes as listed, into the file at `path`, `part_size` bytes at a time
-        (memory stays bounded, whatever its size); a StorageError as `read` raises it (an object replaced
-        since it was listed is one): a failure, or an interruption (Ctrl-C), leaves no file at `path`."""
+        """Object `name`, of `size` bytes as listed, into the file at `path`, in reads of `part_size`,
+        PART_THREADS of them on their way at once (memory stays bounded, whatever its size), each part
+        written at its place; an object of one part is read in this thread. A StorageError as `read`
+        raises it (an object replaced since it was listed is one): a failure, or an interruption (Ctrl-C),
+        stops the other reads, and leaves no file at `path`."""
+        offsets = range(0, size, self.part_size)
         with _whole_or_none(path) as fd:
-            for offset in range(0, size, self.part_size):
-                _write_at(fd, self.read(name, offset, min(self.part_size, size - offset), size), offset)
+            if len(offsets) <= 1:
+                _write_at(fd, self.read(name, 0, size, size), 0)
+                return
+            threads = min(PART_THREADS, len(offsets))
+            go, stop = threading.Event(), threading.Event()
+
+            def fetch(share: range) -> None:
+                go.wait()
+                for offset in share:
+                    with _PART_SLOTS:  # all files' parts in memory: PARTS_IN_MEMORY at most
+                        if stop.is_set():
+                            return
+                        part = self.read(name, offset, min(self.part_size, size - offset), size)
+                        _write_at(fd, part, offset)
+
+            pool = ThreadPoolExecutor(threads, "shardprep-download")
+            try:
+                fetching = [pool.submit(fetch, offsets[first::threads]) for first in range(threads)]
+                # Only now: a thread whose start Ctrl-C cut short (the pool does not wait for it) finds
+                # `stop` set, and does not touch the file.
+                go.set()
+                for done in wait(fetching, return_when=FIRST_EXCEPTION).done:
+                    done.result()
+            finally:
+                stop.set()  # the threads fetch no further part
+                go.set()
+                pool.shutdown(cancel_futures=True)  # (the file stays open until they are done)
 
     def exists(self, name: str) -> bool:
         from botocore.exceptions import ClientError

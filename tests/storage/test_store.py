@@ -1,11 +1,13 @@
 """The bucket client against a real S3 server (moto on loopback): listing, ranged and whole reads,
-downloads, uploads in one piece and in parts, deletes, and a clear error once retries run out."""
+downloads in parts, uploads in one piece and in parts, deletes, and a clear error once retries run out."""
 
 from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +17,7 @@ import pytest
 from prep.errors import PrepError
 from prep.processes import in_child
 from prep.storage.address import parse_address
-from prep.storage.store import _CLIENTS, ObjectStore, RetryPolicy, StorageError, open_store
+from prep.storage.store import _CLIENTS, PART_THREADS, ObjectStore, RetryPolicy, StorageError, open_store
 
 
 def test_objects_are_listed_read_by_range_written_and_deleted(s3, tmp_path):
@@ -154,7 +156,6 @@ def self_signed_tls_server(folder) -> tuple[str, list[int]]:
     import datetime
     import socket
     import ssl
-    import threading
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -248,6 +249,29 @@ def test_a_download_is_the_object_in_one_request_per_part(s3, tmp_path, size):
     assert (store.requests, store.bytes_read) == (before[0] + len(parts), before[1] + size)
 
 
+def test_a_download_fetches_a_few_parts_at_once_in_bounded_memory(s3, tmp_path):
+    """Parts are fetched by PART_THREADS threads at most (each held in memory until written at its place),
+    not one after the other: never the whole object in memory."""
+    import tracemalloc
+
+    s3.make_bucket("parallel")
+    part = 256 * 1024
+    store = open_store(parse_address("s3://parallel/ds"), part_size=part)
+    data = os.urandom(32 * part)
+    store.put("index.sqlite", data)
+    threads: set[int] = set()
+    with each_get(store, lambda _: threads.add(threading.get_ident())):
+        tracemalloc.start()
+        try:
+            store.download("index.sqlite", tmp_path / "index.sqlite", len(data))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert (tmp_path / "index.sqlite").read_bytes() == data
+    assert 1 < len(threads) <= PART_THREADS, f"parts fetched by {len(threads)} threads"
+    assert peak < 3 * PART_THREADS * part, f"{peak / part:.1f} parts held at once"
+
+
 def test_an_object_replaced_during_a_download_is_refused_and_leaves_no_file(s3, tmp_path):
     s3.make_bucket("replaced")
     store = open_store(parse_address("s3://replaced/ds"), part_size=PART)
@@ -263,3 +287,23 @@ def test_an_object_replaced_during_a_download_is_refused_and_leaves_no_file(s3, 
         store.download("index.sqlite", target, size)
     assert f"index.sqlite changed while it was read: it was listed at {size:,} bytes" in str(raised.value)
     assert not target.exists(), "a file that is not the object was left where the object goes"
+
+
+def test_ctrl_c_during_a_download_stops_it_with_no_thread_running_and_no_file(s3, tmp_path):
+    s3.make_bucket("interrupted")
+    store = open_store(parse_address("s3://interrupted/ds"), part_size=PART)
+    store.put("index.sqlite", os.urandom(64 * PART))
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def ctrl_c_at_third_part(byte_range: str) -> None:
+        if byte_range.startswith(f"bytes={2 * PART}-"):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    target = tmp_path / "index.sqlite"
+    before = store.requests
+    with each_get(store, ctrl_c_at_third_part), pytest.raises(KeyboardInterrupt):
+        store.download("index.sqlite", target, 64 * PART)
+    assert store.requests - before < 64 // 2, "the download went on after Ctrl-C"
+    assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("shardprep-")]
+    assert not target.exists()
