@@ -104,26 +104,20 @@ def delete_stale(store: ObjectStore, names: list[str]) -> None:
 class EarlyUpload:
     """Files uploaded in threads while the caller goes on (a bucket prepare sends its `.tar.idx` files up
     while the rest of the index is written and uploaded; a bucket write sends each shard up as soon as it
-    is written), made by `upload_early` and begun by `start`, or given one by one to `send`;
+    is written), each given to `send`;
     `upload_dataset` waits for them before the markers, and a run that fails before its upload calls
     `withdraw`."""
 
-    def __init__(self, store: ObjectStore, files: dict[str, Path], threads: int | None = None) -> None:
+    def __init__(self, store: ObjectStore, threads: int = UPLOAD_THREADS) -> None:
         self.store = store
-        self.files = dict(files)
-        threads = threads or min(UPLOAD_THREADS, max(1, len(files)))
+        #: The files sent: object name -> local path.
+        self.files: dict[str, Path] = {}
         self._pool = ThreadPoolExecutor(threads, "shardprep-upload")
         self._uploads: dict[str, Future[None]] = {}
         #: Set by `withdraw`: the multipart uploads on their way send no further part.
         self._stopping = threading.Event()
         #: The first upload's failure, for `send` to raise.
         self._failure: BaseException | None = None
-
-    def start(self) -> None:
-        """Begin the uploads (apart from making the object, so that whoever holds it can withdraw them
-        whenever an interruption comes)."""
-        for name, path in self.files.items():
-            self._submit(name, path)
 
     def send(self, name: str, path: Path, then: Callable[[Path], None] | None = None) -> None:
         """Begin uploading one more file, `path`, as object `name`; `then(path)` once it is up. The first
@@ -284,14 +278,12 @@ class GrowingUpload:
             self._upload_id = None
 
 
-def upload_early(store: ObjectStore, files: dict[str, Path], present: Iterable[str]) -> EarlyUpload | None:
-    """An upload of the `.tar.idx` files `files` (name: local path), to `start` before the rest of their
-    index is finished, if that cannot mislead a reader: only where no marker is among the names `present`
-    in the bucket (a prepared dataset's old `.tar.idx` files must stay until its markers are withdrawn;
-    without markers nothing reads them). None otherwise."""
-    if markers(list(present)) or not all(name.endswith(TAR_INDEX_SUFFIX) for name in files):
-        return None
-    return EarlyUpload(store, files)
+def upload_early(store: ObjectStore, present: Iterable[str]) -> EarlyUpload | None:
+    """An upload for `.tar.idx` files to `send` before the rest of their index is finished, if that cannot
+    mislead a reader: only where no marker is among the names `present` in the bucket (a prepared
+    dataset's old `.tar.idx` files must stay until its markers are withdrawn; without markers nothing
+    reads them). None otherwise."""
+    return None if markers(list(present)) else EarlyUpload(store)
 
 
 def upload_dataset(

@@ -35,7 +35,6 @@ from prep.storage.address import require_address
 from prep.storage.scratch import resume_folder_for, scratch_folder
 from prep.storage.store import ObjectStore, StorageError, open_store
 from prep.storage.upload import (
-    UPLOAD_THREADS,
     EarlyUpload,
     Note,
     abort_earlier_uploads,
@@ -158,7 +157,7 @@ class ShardUploads:
         self.keep = keep
         self.links = out_dir.parent / "uploading"
         self.links.mkdir()
-        self.early = EarlyUpload(store, {}, UPLOAD_THREADS)
+        self.early = EarlyUpload(store)
 
     def send(self, final: Path, staged: Path) -> None:
         """Begin uploading the shard staged at `staged`, under its name in the dataset (`final`)."""

@@ -55,14 +55,15 @@ def test_offsets_going_up_early_are_waited_for_before_the_markers(s3, tmp_path):
     names = dataset_files(new)
     offsets = {name: new / name for name in names if name.endswith(".tar.idx")}
     offsets["shard-2.tar.idx"] = tmp_path / "gone.tar.idx"  # this one cannot go up
-    early = upload_early(store, offsets, present=[])
+    early = upload_early(store, present=[])
     assert early is not None
-    early.start()
+    for name, path in offsets.items():
+        early.send(name, path)
     with pytest.raises(OSError):
         upload_dataset(store, new, names, early)
     assert not store.exists(f"{META_DIR}/{INFO_JSON}")
 
-    assert upload_early(store, offsets, present=[f"{META_DIR}/{INFO_JSON}"]) is None  # a prepared dataset
+    assert upload_early(store, present=[f"{META_DIR}/{INFO_JSON}"]) is None  # a prepared dataset
 
 
 def test_an_interrupted_upload_sends_no_further_file_or_part(s3, tmp_path):
