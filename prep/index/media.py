@@ -4,14 +4,17 @@ energon 7.4.1 writes them (`prepare --media-metadata-by-*` and `prepare-media`).
 - the shards of a WebDataset (`add_media_metadata`): the parts come from the index itself, shard by
   shard (only those the filter considers by name go to the workers); each worker opens its shard once
   and reads only the bytes each part's header needs; rows go in as each shard's come back, in shard
-  order, so memory holds a few shards' rows at a time;
+  order, so memory holds a few shards' rows at a time. Where the shards are read from, and by what
+  workers, is a `ShardReads` (by default local files, in worker processes; a bucket's shards are read
+  by ranged GETs in threads, `prep.prepare.remote_media`): the parts and the rows are the same;
 - the files of a folder dataset (`add_folder_media_metadata`), a few hundred per worker task.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from prep.errors import PrepError, ShardError, errors_report
 from prep.index.sqlite import MediaIndexWriter, keep_media_tables, media_commands
 from prep.media.describe import MediaRow, describe_part
 from prep.media.filter import AV, MediaFilter
-from prep.media.images import MediaError, from_file
+from prep.media.images import MediaError, ReadAt, from_file
 from prep.media.pyav import pyav_available
 from prep.processes import ordered_map
 
@@ -44,34 +47,69 @@ class MediaSummary:
     skipped_av: int = 0
 
 
-def describe_shard_media(
-    path: str, shard: str, parts: list[tuple[str, int, int]], media: MediaFilter
+#: One shard's parts to describe: (entry key, content offset, size) each.
+Parts = list[tuple[str, int, int]]
+#: `open_part(offset, size)`: a ReadAt over the part of `size` bytes at `offset` of one shard.
+OpenPart = Callable[[int, int], ReadAt]
+
+
+def describe_parts(
+    shard: str, parts: Parts, media: MediaFilter, open_part: OpenPart
 ) -> ShardMedia | ShardError:
-    """Worker task: describe the parts `(entry key, content offset, size)` of one shard, read from `path`.
-    A broken media header comes back as a ShardError naming the part and its byte offset in the shard."""
+    """Describe the `parts` of `shard`, each read through `open_part`. A broken media header comes back as
+    a ShardError naming the part and its byte offset in the shard; the reader's own errors pass."""
     result = ShardMedia()
+    for entry_key, offset, size in parts:
+        try:
+            kind, row = describe_part(entry_key, open_part(offset, size), size, media)
+        except MediaError as error:
+            return ShardError(
+                shard,
+                f"part {entry_key!r} looks like an image but its header cannot be read: {error.problem}.",
+                offset=offset + error.offset,
+                advice="Replace or remove that part, or leave it out of the media filter.",
+            )
+        if row is not None:
+            result.rows.append(row)
+        elif kind == AV:
+            result.skipped_av += 1
+    return result
+
+
+def describe_shard_media(path: str, shard: str, parts: Parts, media: MediaFilter) -> ShardMedia | ShardError:
+    """Worker task: describe the `parts` of one shard, read from the local file at `path`."""
     try:
         with open(path, "rb") as file:
             descriptor = file.fileno()
-            for entry_key, offset, size in parts:
-                try:
-                    kind, row = describe_part(entry_key, from_file(descriptor, offset, size), size, media)
-                except MediaError as error:
-                    return ShardError(
-                        shard,
-                        f"part {entry_key!r} looks like an image but its header cannot be read: {error.problem}.",
-                        offset=offset + error.offset,
-                        advice="Replace or remove that part, or leave it out of the media filter.",
-                    )
-                if row is not None:
-                    result.rows.append(row)
-                elif kind == AV:
-                    result.skipped_av += 1
+            return describe_parts(
+                shard, parts, media, lambda offset, size: from_file(descriptor, offset, size)
+            )
     except OSError as error:
         return ShardError(shard, f"could not be read for media metadata: {error.strerror or error}.")
     except PrepError as error:  # a missing optional library: the same for every shard
         return ShardError(shard, str(error))
-    return result
+
+
+#: `run(describe, tasks, workers)`: `describe(*task)` for every task, results in task order; the tasks (a
+#: sequence whose items are made as they are asked for, in the calling thread) are taken a few ahead.
+RunTasks = Callable[
+    [Callable[..., ShardMedia | ShardError], Sequence[tuple], int], Iterable[ShardMedia | ShardError]
+]
+
+
+@dataclass(frozen=True)
+class ShardReads:
+    """Where the media stage reads its shards, and in what workers: `describe(place, shard, parts, media)`
+    for each shard, `place` being `places[tar_file_id]`, run by `run`."""
+
+    places: Sequence[object]
+    describe: Callable[..., ShardMedia | ShardError] = describe_shard_media
+    run: RunTasks = functools.partial(ordered_map, what="reading media headers")
+
+
+def shard_files(paths: Sequence[Path]) -> ShardReads:
+    """The shards read from the local files at `paths` (one per shard), in worker processes."""
+    return ShardReads([str(path) for path in paths])
 
 
 class _ShardTasks:
@@ -79,14 +117,14 @@ class _ShardTasks:
     are held at once): the parts the filter considers, by name, read from the index being built."""
 
     def __init__(
-        self, paths: list[Path], shards: list[str], writer: MediaIndexWriter, media: MediaFilter
+        self, places: Sequence[object], shards: list[str], writer: MediaIndexWriter, media: MediaFilter
     ) -> None:
-        self.paths, self.shards, self.writer, self.media = paths, shards, writer, media
+        self.places, self.shards, self.writer, self.media = places, shards, writer, media
 
     def __len__(self) -> int:
         return len(self.shards)
 
-    def __getitem__(self, tar_file_id: int) -> tuple[str, str, list[tuple[str, int, int]], MediaFilter]:
+    def __getitem__(self, tar_file_id: int) -> tuple[object, str, Parts, MediaFilter]:
         if not 0 <= tar_file_id < len(self.shards):
             raise IndexError(tar_file_id)
         parts = []
@@ -94,7 +132,7 @@ class _ShardTasks:
             entry_key = f"{key}.{part}"
             if self.media.considers(entry_key):
                 parts.append((entry_key, offset, size))
-        return str(self.paths[tar_file_id]), self.shards[tar_file_id], parts, self.media
+        return self.places[tar_file_id], self.shards[tar_file_id], parts, self.media
 
 
 def add_media_metadata(
@@ -105,18 +143,18 @@ def add_media_metadata(
     workers: int,
     progress: MediaProgress | None = None,
     *,
-    paths: list[Path] | None = None,
+    reads: ShardReads | None = None,
 ) -> MediaSummary:
     """Describe the media parts of `shards` (in `tar_file_id` order) into the index at `index_path` and
     record the filter; every bad shard is reported, in one error, and then nothing is added. The shards
-    are read at `root / shard`, or at `paths` (one per shard: a `write` reads them where they are staged)."""
+    are read as `reads` says: by default, the files `root / shard`."""
     summary = MediaSummary()
     errors: list[ShardError] = []
-    if paths is None:
-        paths = [root / shard for shard in shards]
+    if reads is None:
+        reads = shard_files([root / shard for shard in shards])
     with MediaIndexWriter(index_path) as writer:
-        tasks = _ShardTasks(paths, shards, writer, media)
-        results = ordered_map(describe_shard_media, tasks, workers, what="reading media headers")
+        tasks = _ShardTasks(reads.places, shards, writer, media)
+        results = reads.run(reads.describe, tasks, workers)
         for done, result in enumerate(results, 1):
             if progress is not None:
                 progress(done, len(tasks))

@@ -21,7 +21,7 @@ from pathlib import Path
 from prep.errors import PrepError
 from prep.index.dataset_yaml import DatasetDefinition
 from prep.index.format import DATASET_YAML, INDEX_SQLITE, INDEX_UUID, INFO_JSON, SAMPLE_LOADER_PY, SPLIT_YAML
-from prep.index.media import MediaSummary, add_media_metadata
+from prep.index.media import MediaSummary, add_media_metadata, shard_files
 from prep.index.meta import info_json_text, new_index_uuid, split_yaml_text
 from prep.index.rows import read_rows_file, write_rows_file, write_tar_index
 from prep.index.shard_list import shard_sort_key
@@ -164,10 +164,10 @@ class DatasetBuild:
         described = None
         if media is not None:
             names = [shard.shard for shard in shards]
-            paths = [shard.path for shard in shards]
+            reads = shard_files([shard.path for shard in shards])
             index_path = self.staging.meta_file(INDEX_SQLITE)
             workers = worker_count(num_workers, len(shards))
-            described = add_media_metadata(self.root, names, index_path, media, workers, paths=paths)
+            described = add_media_metadata(self.root, names, index_path, media, workers, reads=reads)
         splits = {name: [shard.shard for shard in shards if shard.split == name] for name in split_names}
         meta = {
             INDEX_UUID: new_index_uuid(),
