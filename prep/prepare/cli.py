@@ -167,7 +167,9 @@ def prepare_command(
         if isinstance(path, str):  # s3:// or msc://: the index is built under --tmp-path, then uploaded
             from prep.prepare.remote import prepare_remote
 
-            shard_counts = prepare_remote(path, options, wizard, indexed, tmp_path=tmp_path, note=line.say)
+            shard_counts = prepare_remote(
+                path, options, wizard, indexed, described, tmp_path=tmp_path, note=line.say
+            )
         else:
             shard_counts = prepare(path, options, wizard, indexed, described)
     finally:

@@ -7,7 +7,8 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    copied into a local folder under `--tmp-path`, so the wizard, `--tar-index-only` and a kept
    dataset.yaml work as for a local dataset; `index.sqlite` too where it has the media tables
    `prepare-media` adds, which a prepare keeps (as energon's, which copies the index down first): its
-   first OLD_INDEX_HEAD bytes say whether it has them, so one of gigabytes without them is not downloaded;
+   first OLD_INDEX_HEAD bytes say whether it has them, so one of gigabytes without them is not downloaded
+   (nor any, with `--media-metadata-by-*`: the media is then described anew, as by a local prepare);
 2. each shard's headers walked by ranged GETs (`shard_rows_from_bucket`: `prep.storage.ranged` under
    `prep.tar.scan.RangedHeaderWalker`); a shard of small members is read whole instead and takes the
    vectorised scan. Finding that out costs two small requests before the whole read, so only the first
@@ -19,10 +20,13 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    this process's threads. With `--engine ray` every batch is a Ray task instead, on any node of the
    cluster, its client made there (`ObjectStore.for_other_machines`: with the keys this machine found);
 3. the index built and committed in the local folder, exactly as a local prepare builds it (a file whose
-   name has a part too long for a local file at its `local_path`). `index.sqlite` (1.2 GB for 10M
-   samples) goes up while it is written: its parts in a multipart upload as the pages in them are
-   written for good, while the shards are still scanned (`prep.storage.upload.GrowingUpload`); the
-   upload is completed in its turn below, and nothing is visible under its name before;
+   name has a part too long for a local file at its `local_path`); with `--media-metadata-by-*`, its
+   media parts described into it as a local prepare describes them, each shard read by ranged GETs of
+   the bytes its parts' headers need (`bucket_media_reads`), a few shards at a time in threads.
+   `index.sqlite` (1.2 GB for 10M samples) goes up while it is written: its parts in a multipart upload
+   as the pages in them are written for good, while the shards are still scanned
+   (`prep.storage.upload.GrowingUpload`); the upload is completed in its turn below, and nothing is
+   visible under its name before (an index that gets media tables goes up whole: `adds_media`);
 4. uploaded (`prep.storage.upload`): the `.tar.idx` files, then `.nv-meta`'s files with `.info.json`
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
@@ -40,27 +44,33 @@ one bucket dataset at once are the user's to avoid.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, ShardError
 from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_name
 from prep.index.group import walked_rows
+from prep.index.media import Parts, ShardMedia, ShardReads, describe_parts
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
 from prep.index.sqlite import may_have_media_tables
 from prep.index.staging import local_path
+from prep.media.filter import MediaFilter
+from prep.media.images import ReadAt
 from prep.prepare.resume import FORMAT, ShardCheckpoint
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
 from prep.processes import ordered_map
 from prep.storage.address import ObjectAddress, require_address
-from prep.storage.ranged import RangedObject
+from prep.storage.ranged import FIRST_WINDOW, RangedObject
 from prep.storage.scratch import resume_folder_for, scratch_folder
-from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, open_store
+from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, StorageError, open_store
 from prep.storage.upload import (
     EarlyUpload,
     GrowingUpload,
@@ -93,6 +103,12 @@ OLD_INDEX_HEAD = 64 * 1024
 #: A shard to scan: (name, size, or None if the bucket does not have it, tar_file_id, read it whole at
 #: once rather than probe its first members).
 ScanJob = tuple[str, "int | None", int, bool]
+#: The first read at a media part far from the last one read (a new request): an image's header is in it
+#: (a JPEG's size after a long EXIF segment takes one request more); parts closer together than
+#: READ_THROUGH are read through, in growing windows, as the header walk reads a shard.
+MEDIA_WINDOW = 16 * 1024
+
+T = TypeVar("T")
 
 
 def shard_rows_from_bucket(
@@ -122,9 +138,46 @@ def shard_rows_from_bucket(
             fetched[0] += reader.fetched
 
 
-def _ranged(store: ObjectStore, shard: str, size: int) -> RangedObject:
+def _ranged(store: ObjectStore, shard: str, size: int, window: int = FIRST_WINDOW) -> RangedObject:
     """`shard` in `store`, read through ranged GETs as a bytes buffer."""
-    return RangedObject(lambda offset, length: store.read(shard, offset, length, size), size, name=shard)
+    return RangedObject(
+        lambda offset, length: store.read(shard, offset, length, size), size, window=window, name=shard
+    )
+
+
+def bucket_media_reads(store: ObjectStore, sizes: Sequence[int | None]) -> ShardReads:
+    """The media stage's reads (`prep.index.media.ShardReads`) of shards in `store` of `sizes` (one per
+    shard, None for one the bucket does not have): each shard through one RangedObject, in SCAN_THREADS
+    threads."""
+    return ShardReads(
+        sizes,
+        functools.partial(_describe_bucket_shard, store),
+        lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS),
+    )
+
+
+def _describe_bucket_shard(
+    store: ObjectStore, size: int | None, shard: str, parts: Parts, media: MediaFilter
+) -> ShardMedia | ShardError:
+    """One shard's media parts described from the bucket, as `describe_shard_media` describes a local
+    file's; a StorageError (the bucket unreachable for good) is raised."""
+    if size is None:
+        return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
+    reader = _ranged(store, shard, size, MEDIA_WINDOW)
+
+    def open_part(offset: int, length: int) -> ReadAt:
+        def read(at: int, count: int) -> bytes:
+            count = max(0, min(count, length - at))
+            return reader[offset + at : offset + at + count] if count else b""
+
+        return read
+
+    try:
+        return describe_parts(shard, parts, media, open_part)
+    except StorageError:
+        raise
+    except PrepError as error:  # a missing optional library: the same for every shard
+        return ShardError(shard, str(error))
 
 
 def has_small_members(store: ObjectStore, shard: str, size: int | None) -> bool:
@@ -165,9 +218,10 @@ class BucketShards:
         self.early: EarlyUpload | None = None
         #: `index.sqlite` on its way up while it is written, if `index_growth` began that.
         self.growing: GrowingUpload | None = None
-        #: Whether the old index, with media tables, was copied down: sqlite adds them to the new index
-        #: once it is built, writing pages where it chooses, so the new one goes up whole at the end.
-        self.keeps_media = False
+        #: Whether media tables are added to the new index once it is built (the old index's, copied
+        #: down, or those `--media-metadata-by-*` describes): sqlite writes their pages where it chooses,
+        #: so the new index goes up whole at the end.
+        self.adds_media = False
 
     def list_objects(self) -> list[ObjectInfo]:
         listed = self.store.list()
@@ -255,11 +309,16 @@ class BucketShards:
             return
         self.early.send(name, link)
 
+    def media_reads(self, shards: list[str]) -> ShardReads:
+        return bucket_media_reads(
+            self.store, [info.size if (info := self.objects.get(shard)) else None for shard in shards]
+        )
+
     def index_growth(self, path: Path) -> GrowingUpload | None:
         """`index.sqlite`'s upload, begun while it is written (`GrowingUpload`): on a dataset of 10M
         samples the file is 1.2 GB, which would otherwise go up after everything else. None where the old
-        index's media tables are to be added to it (`keeps_media`)."""
-        if self.keeps_media:
+        index is to get media tables (`adds_media`)."""
+        if self.adds_media:
             return None
         self.growing = GrowingUpload(self.store, f"{META_DIR}/{INDEX_SQLITE}", path)
         return self.growing
@@ -281,11 +340,23 @@ def _scanned_in_threads(
 ) -> Iterator[ShardRows | ShardError]:
     """Each job's rows (or ShardError), in job order, scanned in up to `threads` threads of this process;
     a StorageError (the bucket unreachable for good) is raised, and the jobs not started are dropped."""
-    with ThreadPoolExecutor(max(1, min(threads, len(jobs))), "shardprep-scan") as pool:
-        futures = [pool.submit(_scan_one, store, *job) for job in jobs]
+    return _in_threads(_scan_one, [(store, *job) for job in jobs], threads)
+
+
+def _in_threads(function: Callable[..., T], tasks: Sequence[tuple], threads: int) -> Iterator[T]:
+    """`function(*task)` for each task, results in task order, in up to `threads` threads of this process.
+    The tasks are taken in the calling thread (they may be made as they are asked for), at most twice
+    `threads` ahead of the result given; an error is raised as its task's result comes, and the tasks
+    not started are then dropped."""
+    with ThreadPoolExecutor(max(1, min(threads, len(tasks))), "shardprep-bucket") as pool:
+        futures: deque[Future[T]] = deque()
         try:
-            for future in futures:
-                yield future.result()
+            for task in tasks:
+                if len(futures) >= 2 * threads:
+                    yield futures.popleft().result()
+                futures.append(pool.submit(function, *task))
+            while futures:
+                yield futures.popleft().result()
         finally:
             for future in futures:
                 future.cancel()
@@ -312,6 +383,7 @@ def prepare_remote(
     options: PrepareOptions,
     wizard: Wizard | None = None,
     progress: ShardProgress | None = None,
+    media_progress: ShardProgress | None = None,
     *,
     tmp_path: str | Path | None = None,
     store: ObjectStore | None = None,
@@ -319,10 +391,9 @@ def prepare_remote(
 ) -> dict[str, int] | None:
     """Prepare the dataset at a bucket address, building its index under `tmp_path` (a temporary folder
     by default, removed afterwards) and uploading it; the shard counts, or None if the wizard declined.
-    `note` is told what the user should hear besides (earlier runs' incomplete uploads aborted)."""
+    `media_progress` is told of the media stage's shards, as `progress` is of the indexing; `note` is told
+    what the user should hear besides (earlier runs' incomplete uploads aborted)."""
     address = require_address(address)
-    if options.media_filter is not None:
-        raise PrepError("--media-metadata-by-... is for local datasets; run it on a local copy.")
     if options.fix_duplicates:
         raise PrepError(
             "--fix-duplicates renames members inside the shards, which objects in a bucket cannot have done"
@@ -334,10 +405,13 @@ def prepare_remote(
     )
     with scratch_folder(tmp_path, "prepare") as root:
         source.early_folder = root.parent / "uploading"
-        _copy_existing_meta(source, root)
+        _copy_existing_meta(source, root, keep_media=options.media_filter is None)
+        source.adds_media = source.adds_media or options.media_filter is not None
         leftovers = earlier_uploads(store, note)
         try:
-            return _prepare_and_upload(root, options, wizard, progress, source, leftovers, note)
+            return _prepare_and_upload(
+                root, options, wizard, progress, media_progress, source, leftovers, note
+            )
         finally:
             if source.growing is not None:  # (what it did not finish: a failure, or --tar-index-only)
                 source.growing.close()
@@ -348,6 +422,7 @@ def _prepare_and_upload(
     options: PrepareOptions,
     wizard: Wizard | None,
     progress: ShardProgress | None,
+    media_progress: ShardProgress | None,
     source: BucketShards,
     leftovers: list[IncompleteUpload],
     note: Note,
@@ -355,7 +430,7 @@ def _prepare_and_upload(
     """`prepare_remote`'s index built in `root` and uploaded."""
     store = source.store
     try:
-        shard_counts = prepare(root, options, wizard, progress, source=source)
+        shard_counts = prepare(root, options, wizard, progress, media_progress, source=source)
     except BaseException:
         if source.early is not None:  # a bucket that held no index holds none of this run's files
             source.early.withdraw()
@@ -374,16 +449,17 @@ def _prepare_and_upload(
     return shard_counts
 
 
-def _copy_existing_meta(source: BucketShards, root: Path) -> None:
+def _copy_existing_meta(source: BucketShards, root: Path, keep_media: bool = True) -> None:
     """The bucket's `.nv-meta` files, in its sub-folders too (index.sqlite only where it has media tables to
-    keep: the rest of it is rebuilt), into `root/.nv-meta`."""
+    keep, unless not `keep_media`: the rest of it is rebuilt), into `root/.nv-meta`."""
     prefix = META_DIR + "/"
     names = [info.name for info in source.list_objects() if info.name.startswith(prefix)]
     names = [name for name in names if name != prefix + INDEX_SQLITE]
     for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)  # a sub-folder: configs/x.yaml
         (root / name).write_bytes(source.store.get(name))
-    _copy_old_index_with_media(source, root)
+    if keep_media:
+        _copy_old_index_with_media(source, root)
 
 
 def _copy_old_index_with_media(source: BucketShards, root: Path) -> None:
@@ -405,4 +481,4 @@ def _copy_old_index_with_media(source: BucketShards, root: Path) -> None:
         head.unlink()
     (root / META_DIR).mkdir(exist_ok=True)
     source.store.download(name, root / name, info.size)
-    source.keeps_media = True
+    source.adds_media = True

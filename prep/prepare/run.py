@@ -63,7 +63,7 @@ from prep.index.format import (
     tar_index_name,
 )
 from prep.index.lock import dataset_lock
-from prep.index.media import add_media_metadata, keep_old_media, skipped_av_warning
+from prep.index.media import ShardReads, add_media_metadata, keep_old_media, skipped_av_warning
 from prep.index.meta import (
     info_json_from_yaml,
     info_json_text,
@@ -133,6 +133,9 @@ class ShardSource(Protocol):
 
     def checkpoint(self) -> ShardCheckpoint:
         """Where `--resume` keeps the shards' rows, and what says a shard is unchanged."""
+
+    def media_reads(self, shards: list[str]) -> ShardReads:
+        """How the media stage (`--media-metadata-by-*`) reads the parts of `shards`."""
 
     def indexed(self, name: str, path: Path) -> None:
         """One more shard's rows are in the index, and no shard so far had a problem: its `.tar.idx`, `name`
@@ -448,7 +451,10 @@ def _prepare_locked(
         index = staged.staging.meta_file(INDEX_SQLITE)
         if options.media_filter is not None:
             workers = worker_count(options.num_workers, len(shards))
-            media = add_media_metadata(root, shards, index, options.media_filter, workers, media_progress)
+            reads = None if source is None else source.media_reads(shards)
+            media = add_media_metadata(
+                root, shards, index, options.media_filter, workers, media_progress, reads=reads
+            )
             if media.skipped_av:
                 wizard.media_not_described(media.skipped_av)
         elif (staged.staging.meta / INDEX_SQLITE).is_file():  # (a bucket's, where it has media tables)

@@ -24,6 +24,7 @@ from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectStore, open_store
 from tests.prepare.test_media_matches_energon import media_dataset
 from tests.support.damaged_index import described_by_extension, zero_leaf_pages
+from tests.support.media import assert_same_media_index
 from tests.support.prepare import prepared_outputs, run_shardprep, sqlite_contents, twin
 from tests.support.ray import local_ray
 from tests.support.s3 import BIG, mixed_dataset
@@ -56,6 +57,24 @@ def test_bucket_prepare_writes_what_a_local_prepare_writes(s3, bucket_dataset, t
     assert sorted(p.name for p in (fetched / ".nv-meta").iterdir()) == sorted(
         p.name for p in (ours / ".nv-meta").iterdir()
     )
+
+
+def test_a_bucket_prepare_describes_media_as_a_local_prepare_does(s3, tmp_path):
+    local = media_dataset(tmp_path / "local", shards=2)
+    s3.make_bucket("media-prepare")
+    s3.upload_folder(local, "media-prepare", "ds")
+    flags = [*FLAGS, "--media-metadata-by-extension"]
+    result = run_shardprep(
+        "prepare", "s3://media-prepare/ds", *flags, "--tmp-path", str(tmp_path / "scratch")
+    )
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "scratch").iterdir()) == []
+    ours = twin(local, "reference")
+    expected = run_shardprep("prepare", str(ours), *flags, check=True)
+    assert result.stderr == expected.stderr  # the audio/video parts without a row, said once
+    fetched = tmp_path / "fetched"
+    s3.download_prefix("media-prepare", "ds", fetched)
+    assert_same_media_index(fetched, ours)
 
 
 def test_big_members_cost_only_their_headers(s3, bucket_dataset):
