@@ -95,8 +95,9 @@ tmp_path_option = click.option(
     "--tmp-path",
     type=click.Path(file_okay=False, path_type=Path),
     help="For a dataset in object storage: the local folder under which its files are kept while the command"
-    " runs (prepare builds the index there and write the whole dataset, before the upload; info, verify"
-    " and preview download the index there) [default: the system's temporary folder].",
+    " runs (prepare builds the index there and write the whole dataset, before the upload; prepare-media"
+    " adds the media tables to a copy of the index there, then uploads it; info, verify and preview"
+    " download the index there) [default: the system's temporary folder].",
 )
 progress_option = click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show progress (only on a terminal)."

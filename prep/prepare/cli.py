@@ -190,6 +190,7 @@ def prepare_command(
 @progress_option
 @num_workers_option
 @media_metadata_options
+@tmp_path_option
 def prepare_media_command(
     path: Path | str,
     progress: bool,
@@ -197,26 +198,28 @@ def prepare_media_command(
     media_metadata_by_glob: str | None,
     media_metadata_by_header: bool,
     media_metadata_by_extension: bool,
+    tmp_path: Path | None,
 ) -> None:
     """Store the media metadata of the dataset at PATH in its .nv-meta/index.sqlite (as `energon
     prepare-media` does): a prepared WebDataset's media parts, or every media file of a folder dataset
     (e.g. the auxiliary side of a polylithic dataset). Give exactly one --media-metadata-by-... option.
+    PATH may be s3://BUCKET/PREFIX or msc://PROFILE/PREFIX, a prepared WebDataset: its parts' headers are
+    read by ranged GETs, and its index is updated under --tmp-path, then uploaded in place of the old.
     """
     stop_on_sigterm()
     media = parse_media_filter(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
-    if isinstance(path, str):  # s3:// or msc://, which a Path would fold into a local name
-        raise PrepError(
-            f"{path} is in object storage; prepare-media reads the media of a local dataset. Run it on a local"
-            " copy (or on the folder of an S3 FUSE filesystem holding the dataset) and upload the"
-            " .nv-meta/index.sqlite it writes."
-        )
     line = ProgressLine(progress)
 
     def described(done: int, total: int) -> None:
         line.show(f"Reading media headers  {done}/{total}")
 
     try:
-        prepared = prepare_media(path, media, num_workers=num_workers, progress=described)
+        if isinstance(path, str):  # s3:// or msc://: the index is updated under --tmp-path, then uploaded
+            from prep.prepare.remote_media import prepare_media_remote
+
+            prepared = prepare_media_remote(path, media, progress=described, tmp_path=tmp_path, note=line.say)
+        else:
+            prepared = prepare_media(path, media, num_workers=num_workers, progress=described)
     finally:
         line.close()
     if prepared.summary.skipped_av:

@@ -240,14 +240,3 @@ def test_energons_file_stores_read_our_media_metadata(tmp_path: Path) -> None:
     key, _, text = media_rows(shards)[0]
     found = WebdatasetFileStore(EPath(shards)).get_media_metadata(key)
     assert isinstance(found, ImageMetadata) and found.to_dict() == json.loads(text)
-
-
-@pytest.mark.parametrize("address", ["s3://bkt/web", "msc://prof/web"])
-def test_a_bucket_address_is_refused_by_its_name(address: str) -> None:
-    """prepare-media reads local datasets: a bucket address is named as one, not taken for a local folder
-    (as a path, `s3://bkt/web` became `s3:/bkt/web`, named as a folder that does not exist)."""
-    result = run_shardprep("prepare-media", address, "--media-metadata-by-extension")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert (
-        f"{address} is in object storage; prepare-media reads the media of a local dataset" in result.stderr
-    )

@@ -541,7 +541,7 @@ def test_index_sqlite_goes_up_while_it_is_written_and_equals_a_local_prepares(s3
 @pytest.fixture
 def described_bucket(s3, tmp_path):
     """(local copy, bucket): 2 shards with images, prepared and described by `prepare-media` on the local
-    copy, then all of it uploaded under s3://BUCKET/ds (prepare-media is for local datasets)."""
+    copy, then all of it uploaded under s3://BUCKET/ds."""
     local = media_dataset(tmp_path / "local", shards=2)
     prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
     prepare_media(local, MediaFilter(EXTENSION))
@@ -593,8 +593,8 @@ def test_an_old_bucket_index_without_media_costs_only_its_first_bytes(s3, tmp_pa
 
 
 def test_unreadable_media_tables_in_a_bucket_index_get_the_local_warning(s3, tmp_path):
-    # The same warning as a local prepare's, naming the bucket dataset (prepare-media, given it, says to
-    # run it on a local copy and upload the index).
+    # The same warning as a local prepare's, naming the bucket dataset (whose command then runs:
+    # tests/storage/test_prepare_media_remote.py).
     local, bucket = tmp_path / "local", "damaged"
     write_tarfile(local / "shard-000.tar", sample_members("sample-", 10))
     prepare_dataset(local, split_ratio="1,0,0", sample_type="CrudeWebdataset")
