@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,9 +92,10 @@ def describe_shard_media(path: str, shard: str, parts: Parts, media: MediaFilter
 
 
 #: `run(describe, tasks, workers)`: `describe(*task)` for every task, results in task order; the tasks (a
-#: sequence whose items are made as they are asked for, in the calling thread) are taken a few ahead.
+#: sequence whose items are made as they are asked for, in the calling thread) are taken a few ahead, and
+#: closing the generator ends the work (no task goes on in the background).
 RunTasks = Callable[
-    [Callable[..., ShardMedia | ShardError], Sequence[tuple], int], Iterable[ShardMedia | ShardError]
+    [Callable[..., ShardMedia | ShardError], Sequence[tuple], int], Generator[ShardMedia | ShardError]
 ]
 
 
@@ -154,16 +156,16 @@ def add_media_metadata(
         reads = shard_files([root / shard for shard in shards])
     with MediaIndexWriter(index_path) as writer:
         tasks = _ShardTasks(reads.places, shards, writer, media)
-        results = reads.run(reads.describe, tasks, workers)
-        for done, result in enumerate(results, 1):
-            if progress is not None:
-                progress(done, len(tasks))
-            if isinstance(result, ShardError):
-                errors.append(result)
-            elif not errors:
-                writer.add_media(result.rows)
-                summary.rows += len(result.rows)
-                summary.skipped_av += result.skipped_av
+        with closing(reads.run(reads.describe, tasks, workers)) as results:  # its workers end with it
+            for done, result in enumerate(results, 1):
+                if progress is not None:
+                    progress(done, len(tasks))
+                if isinstance(result, ShardError):
+                    errors.append(result)
+                elif not errors:
+                    writer.add_media(result.rows)
+                    summary.rows += len(result.rows)
+                    summary.skipped_av += result.skipped_av
         if errors:
             raise errors_report(errors, "shards have unreadable media; nothing was written:")
         writer.add_media_filter(media.strategy, media.stored_patterns)

@@ -47,8 +47,9 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -148,24 +149,32 @@ def _ranged(store: ObjectStore, shard: str, size: int, window: int = FIRST_WINDO
 def bucket_media_reads(store: ObjectStore, sizes: Sequence[int | None]) -> ShardReads:
     """The media stage's reads (`prep.index.media.ShardReads`) of shards in `store` of `sizes` (one per
     shard, None for one the bucket does not have): each shard through one RangedObject, in SCAN_THREADS
-    threads."""
+    threads; a shard being described when the run ends (an error, an interrupt) stops at its next part."""
+    stop = threading.Event()
     return ShardReads(
         sizes,
-        functools.partial(_describe_bucket_shard, store),
-        lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS),
+        functools.partial(_describe_bucket_shard, store, stop),
+        lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS, stop),
     )
 
 
+class _Stopped(Exception):
+    """The run ended while this shard was described: what it found is not wanted."""
+
+
 def _describe_bucket_shard(
-    store: ObjectStore, size: int | None, shard: str, parts: Parts, media: MediaFilter
+    store: ObjectStore, stop: threading.Event, size: int | None, shard: str, parts: Parts, media: MediaFilter
 ) -> ShardMedia | ShardError:
     """One shard's media parts described from the bucket, as `describe_shard_media` describes a local
-    file's; a StorageError (the bucket unreachable for good) is raised."""
+    file's, until `stop` is set; a StorageError (the bucket unreachable for good) is raised."""
     if size is None:
         return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
     reader = _ranged(store, shard, size, MEDIA_WINDOW)
 
     def open_part(offset: int, length: int) -> ReadAt:
+        if stop.is_set():
+            raise _Stopped(shard)
+
         def read(at: int, count: int) -> bytes:
             count = max(0, min(count, length - at))
             return reader[offset + at : offset + at + count] if count else b""
@@ -343,11 +352,14 @@ def _scanned_in_threads(
     return _in_threads(_scan_one, [(store, *job) for job in jobs], threads)
 
 
-def _in_threads(function: Callable[..., T], tasks: Sequence[tuple], threads: int) -> Iterator[T]:
+def _in_threads(
+    function: Callable[..., T], tasks: Sequence[tuple], threads: int, stop: threading.Event | None = None
+) -> Generator[T]:
     """`function(*task)` for each task, results in task order, in up to `threads` threads of this process.
     The tasks are taken in the calling thread (they may be made as they are asked for), at most twice
-    `threads` ahead of the result given; an error is raised as its task's result comes, and the tasks
-    not started are then dropped."""
+    `threads` ahead of the result given; an error is raised as its task's result comes. When the caller
+    stops taking results (an error, an interrupt: it closes the generator), the tasks not started are
+    dropped, `stop` is set for those running, and they are waited for."""
     with ThreadPoolExecutor(max(1, min(threads, len(tasks))), "shardprep-bucket") as pool:
         futures: deque[Future[T]] = deque()
         try:
@@ -358,6 +370,8 @@ def _in_threads(function: Callable[..., T], tasks: Sequence[tuple], threads: int
             while futures:
                 yield futures.popleft().result()
         finally:
+            if stop is not None:
+                stop.set()
             for future in futures:
                 future.cancel()
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import shlex
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -191,6 +193,31 @@ def test_an_interrupted_run_leaves_the_buckets_index_as_it_was(s3, prepared_buck
         )
     assert s3.client().get_object(Bucket=bucket, Key=f"ds/{INDEX}")["Body"].read() == index
     assert list((tmp_path / "t").iterdir()) == []
+
+
+def test_an_interrupted_run_leaves_no_thread_reading_the_bucket(s3, tmp_path):
+    # The threads describing the shards after the interrupted one went on, and stayed, for as long as
+    # the interrupt's traceback was held (a Ctrl-C's process waited for them to end).
+    local, bucket = tmp_path / "local", bucket_name(tmp_path)
+    for shard in range(40):
+        write_tarfile(
+            local / f"shard-{shard:02d}.tar", sample_members(f"s{shard}-", 2, {"png": images()["rgb1.png"]})
+        )
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "ds")
+    run_shardprep("prepare", f"s3://{bucket}/ds", *FLAGS, check=True)
+
+    def interrupted(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        prepare_media_remote(f"s3://{bucket}/ds", MediaFilter(EXTENSION), progress=interrupted)
+    except KeyboardInterrupt:
+        held = sys.exc_info()  # as the command line's handler holds it while it ends the run
+        assert [thread.name for thread in threading.enumerate() if thread.name.startswith("shardprep-")] == []
+        del held
+    else:
+        pytest.fail("not interrupted")
 
 
 def test_a_bucket_dataset_not_prepared_is_named_with_what_to_run(s3, tmp_path):
