@@ -7,7 +7,8 @@ energon 7.4.1 writes them (`prepare --media-metadata-by-*` and `prepare-media`).
   order, so memory holds a few shards' rows at a time. Where the shards are read from, and by what
   workers, is a `ShardReads` (by default local files, in worker processes; a bucket's shards are read
   by ranged GETs in threads, `prep.prepare.remote_media`): the parts and the rows are the same;
-- the files of a folder dataset (`add_folder_media_metadata`), a few hundred per worker task.
+- the files of a folder dataset (`add_folder_media_metadata`), a few hundred per worker task, read as
+  a `FileReads` says (local files by default, or a bucket's objects).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prep.errors import PrepError, ShardError, errors_report
 from prep.index.sqlite import MediaIndexWriter, keep_media_tables, media_commands
@@ -94,9 +96,7 @@ def describe_shard_media(path: str, shard: str, parts: Parts, media: MediaFilter
 #: `run(describe, tasks, workers)`: `describe(*task)` for every task, results in task order; the tasks (a
 #: sequence whose items are made as they are asked for, in the calling thread) are taken a few ahead, and
 #: closing the generator ends the work (no task goes on in the background).
-RunTasks = Callable[
-    [Callable[..., ShardMedia | ShardError], Sequence[tuple], int], Generator[ShardMedia | ShardError]
-]
+RunTasks = Callable[[Callable[..., Any], Sequence[tuple], int], Generator[Any]]
 
 
 @dataclass(frozen=True)
@@ -192,11 +192,11 @@ def skipped_av_warning(count: int) -> str:
 
 #: Files of a folder dataset per worker task: enough to make a task's round trip cheap.
 FILES_PER_TASK = 256
+#: What a batch of a folder dataset's files gave: the rows, and how many audio/video files got none.
+FilesMedia = tuple[list[MediaRow], int]
 
 
-def describe_files(
-    root: str, files: list[tuple[str, int]], media: MediaFilter
-) -> tuple[list[MediaRow], int] | PrepError:
+def describe_files(root: str, files: list[tuple[str, int]], media: MediaFilter) -> FilesMedia | PrepError:
     """Worker task: describe the files `(path relative to root, size)` of a folder dataset, each judged
     by its own file name and keyed by its relative path; (rows, audio/video files skipped), or the
     error naming the first broken file."""
@@ -209,10 +209,7 @@ def describe_files(
                 read = from_file(file.fileno(), 0, size)
                 kind, row = describe_part(relative, read, size, media, name=os.path.basename(relative))
         except MediaError as error:
-            return PrepError(
-                f"{path} at byte {error.offset}: looks like an image but its header cannot be read:"
-                f" {error.problem}. Replace or remove the file, or leave it out of the media filter."
-            )
+            return broken_file(path, error)
         except OSError as error:
             return PrepError(f"{path} could not be read for media metadata: {error.strerror or error}.")
         except PrepError as error:
@@ -224,6 +221,24 @@ def describe_files(
     return rows, skipped_av
 
 
+def broken_file(name: str, error: MediaError) -> PrepError:
+    """The error for a folder dataset's file `name` (its path or address) whose media header is broken."""
+    return PrepError(
+        f"{name} at byte {error.offset}: looks like an image but its header cannot be read: {error.problem}."
+        " Replace or remove the file, or leave it out of the media filter."
+    )
+
+
+@dataclass(frozen=True)
+class FileReads:
+    """Where the media stage reads a folder dataset's files, and in what workers: `describe(place, files,
+    media)` for each batch of files `(relative path, size)`, run by `run`."""
+
+    place: object
+    describe: Callable[..., FilesMedia | PrepError] = describe_files
+    run: RunTasks = functools.partial(ordered_map, what="reading media headers")
+
+
 def add_folder_media_metadata(
     root: Path,
     files: list[tuple[str, int]],
@@ -231,26 +246,30 @@ def add_folder_media_metadata(
     media: MediaFilter,
     workers: int,
     progress: MediaProgress | None = None,
+    *,
+    reads: FileReads | None = None,
 ) -> MediaSummary:
-    """Describe the files `(relative path, size)` under `root` into the index at `index_path` (made if
-    missing; rows already there stay, as in energon) and record the filter; the first broken file stops
-    the run."""
+    """Describe the files `(relative path, size)` into the index at `index_path` (made if missing; rows
+    already there stay, as in energon) and record the filter; the first broken file stops the run. The
+    files are read as `reads` says: by default, below the folder `root`."""
     summary = MediaSummary()
+    if reads is None:
+        reads = FileReads(str(root))
     tasks = [
-        (str(root), files[start : start + FILES_PER_TASK], media)
+        (reads.place, files[start : start + FILES_PER_TASK], media)
         for start in range(0, len(files), FILES_PER_TASK)
     ]
     with MediaIndexWriter(index_path) as writer:
-        results = ordered_map(describe_files, tasks, workers, what="reading media headers")
-        for done, result in enumerate(results, 1):
-            if isinstance(result, PrepError):
-                raise result
-            rows, skipped_av = result
-            writer.add_media(rows)
-            summary.rows += len(rows)
-            summary.skipped_av += skipped_av
-            if progress is not None:
-                progress(min(done * FILES_PER_TASK, len(files)), len(files))
+        with closing(reads.run(reads.describe, tasks, workers)) as results:  # its workers end with it
+            for done, result in enumerate(results, 1):
+                if isinstance(result, PrepError):
+                    raise result
+                rows, skipped_av = result
+                writer.add_media(rows)
+                summary.rows += len(rows)
+                summary.skipped_av += skipped_av
+                if progress is not None:
+                    progress(min(done * FILES_PER_TASK, len(files)), len(files))
         writer.add_media_filter(media.strategy, media.stored_patterns)
         writer.commit()
     return summary

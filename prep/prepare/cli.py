@@ -203,8 +203,8 @@ def prepare_media_command(
     """Store the media metadata of the dataset at PATH in its .nv-meta/index.sqlite (as `energon
     prepare-media` does): a prepared WebDataset's media parts, or every media file of a folder dataset
     (e.g. the auxiliary side of a polylithic dataset). Give exactly one --media-metadata-by-... option.
-    PATH may be s3://BUCKET/PREFIX or msc://PROFILE/PREFIX, a prepared WebDataset: its parts' headers are
-    read by ranged GETs, and its index is updated under --tmp-path, then uploaded in place of the old.
+    PATH may be s3://BUCKET/PREFIX or msc://PROFILE/PREFIX: the media headers are read by ranged GETs, and
+    the index is updated under --tmp-path, then uploaded in place of the old.
     """
     stop_on_sigterm()
     media = parse_media_filter(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)

@@ -86,10 +86,7 @@ def _folder_media(
 ) -> MediaSummary:
     files = media_files(root, media)
     if not files:
-        raise PrepError(
-            f"No media files found under {root} with the {media.strategy.lower()} filter"
-            f"{' ' + media.stored_patterns if media.patterns else ''}; nothing was written."
-        )
+        raise no_media_files(root, media)
     root_mode = stat.S_IMODE(root.stat().st_mode)
     with Staging(root, meta_mode=root_mode | 0o700) as staging:
         index, source = staging.meta_file(INDEX_SQLITE), root / META_DIR / INDEX_SQLITE
@@ -103,12 +100,26 @@ def _folder_media(
     return summary
 
 
+def no_media_files(where: str | Path, media: MediaFilter) -> PrepError:
+    """The error for a folder dataset (at `where`, its folder or address) without a file the filter takes."""
+    return PrepError(
+        f"No media files found under {where} with the {media.strategy.lower()} filter"
+        f"{' ' + media.stored_patterns if media.patterns else ''}; nothing was written."
+    )
+
+
+def _left_out_folder(name: str) -> bool:
+    """Whether a folder of this name holds no media files of a folder dataset: `.nv-meta`, and
+    shardprep's staging folders beside it."""
+    return name == META_DIR or name.startswith(META_DIR + ".")
+
+
 def media_files(root: Path, media: MediaFilter) -> list[tuple[str, int]]:
     """(path relative to `root`, size) of every file the filter considers by its name, sorted: energon's
     walk (symbolic links followed), without `.nv-meta` and shardprep's own lock and staging files."""
     found = []
     for folder, folders, names in os.walk(root, followlinks=True):
-        folders[:] = [name for name in folders if name != META_DIR and not name.startswith(META_DIR + ".")]
+        folders[:] = [name for name in folders if not _left_out_folder(name)]
         relative_folder = os.path.relpath(folder, root)
         for name in names:
             if name == LOCK_FILE or not media.considers(name):
@@ -119,5 +130,24 @@ def media_files(root: Path, media: MediaFilter) -> list[tuple[str, int]]:
             except FileNotFoundError:
                 continue  # a dangling symbolic link: energon's reader would fail on it too
             found.append((relative, size))
+    found.sort()
+    return found
+
+
+def object_media_files(objects: list[tuple[str, int]], media: MediaFilter) -> list[tuple[str, int]]:
+    """`media_files` of a folder dataset in a bucket, from its objects `(name relative to its address,
+    size)`: the same files left out, by the same rules.
+
+    >>> from prep.media.filter import parse_media_filter
+    >>> by_extension = parse_media_filter(glob=None, header=False, extension=True)
+    >>> object_media_files([("b/x.png", 3), (".nv-meta/y.png", 1), ("a.txt", 2), ("a.jpg", 5)], by_extension)
+    [('a.jpg', 5), ('b/x.png', 3)]
+    """
+    found = []
+    for name, size in objects:
+        *folders, file_name = name.split("/")
+        if file_name and file_name != LOCK_FILE and media.considers(file_name):
+            if not any(_left_out_folder(folder) for folder in folders):
+                found.append((name, size))
     found.sort()
     return found

@@ -58,13 +58,14 @@ from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, ShardError
 from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_name
 from prep.index.group import walked_rows
-from prep.index.media import Parts, ShardMedia, ShardReads, describe_parts
+from prep.index.media import FileReads, FilesMedia, Parts, ShardMedia, ShardReads, broken_file, describe_parts
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
 from prep.index.sqlite import may_have_media_tables
 from prep.index.staging import local_path
-from prep.media.filter import MediaFilter
-from prep.media.images import ReadAt
+from prep.media.describe import MediaRow, describe_part
+from prep.media.filter import AV, MediaFilter
+from prep.media.images import MediaError, ReadAt
 from prep.prepare.resume import FORMAT, ShardCheckpoint
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
 from prep.processes import ordered_map
@@ -174,12 +175,7 @@ def _describe_bucket_shard(
     def open_part(offset: int, length: int) -> ReadAt:
         if stop.is_set():
             raise _Stopped(shard)
-
-        def read(at: int, count: int) -> bytes:
-            count = max(0, min(count, length - at))
-            return reader[offset + at : offset + at + count] if count else b""
-
-        return read
+        return _read_at(reader, offset, length)
 
     try:
         return describe_parts(shard, parts, media, open_part)
@@ -187,6 +183,55 @@ def _describe_bucket_shard(
         raise
     except PrepError as error:  # a missing optional library: the same for every shard
         return ShardError(shard, str(error))
+
+
+def _read_at(reader: RangedObject, offset: int, size: int) -> ReadAt:
+    """A ReadAt over the `size` bytes at `offset` of what `reader` reads."""
+
+    def read(at: int, count: int) -> bytes:
+        count = max(0, min(count, size - at))
+        return reader[offset + at : offset + at + count] if count else b""
+
+    return read
+
+
+def bucket_file_reads(store: ObjectStore) -> FileReads:
+    """The media stage's reads (`prep.index.media.FileReads`) of a folder dataset's files in `store`: each
+    object through a RangedObject of its own, batches of files in SCAN_THREADS threads."""
+    stop = threading.Event()
+    return FileReads(
+        store,
+        functools.partial(_describe_bucket_files, stop),
+        lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS, stop),
+    )
+
+
+def _describe_bucket_files(
+    stop: threading.Event, store: ObjectStore, files: list[tuple[str, int]], media: MediaFilter
+) -> FilesMedia | PrepError:
+    """`prep.index.media.describe_files` of objects in the bucket, until `stop` is set; a StorageError is
+    raised."""
+    rows: list[MediaRow] = []
+    skipped_av = 0
+    for name, size in files:
+        if stop.is_set():
+            raise _Stopped(name)
+        reader = _ranged(store, name, size, MEDIA_WINDOW // 2)  # (read from its start: the window doubles)
+        try:
+            kind, row = describe_part(
+                name, _read_at(reader, 0, size), size, media, name=name.rpartition("/")[2]
+            )
+        except MediaError as error:
+            return broken_file(store.url(name), error)
+        except StorageError:
+            raise
+        except PrepError as error:  # a missing optional library
+            return error
+        if row is not None:
+            rows.append(row)
+        elif kind == AV:
+            skipped_av += 1
+    return rows, skipped_av
 
 
 def has_small_members(store: ObjectStore, shard: str, size: int | None) -> bool:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import shlex
+import shutil
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +23,9 @@ from prep.prepare.run import PrepareOptions
 from prep.storage.address import parse_address
 from prep.storage.store import RetryPolicy, StorageError, open_store
 from tests.prepare.test_media_matches_energon import media_dataset
+from tests.prepare.test_prepare_media import same_media_tables
 from tests.support.damaged_index import described_by_extension, zero_leaf_pages
-from tests.support.media import assert_same_media_index, images
+from tests.support.media import assert_same_media_index, images, wav
 from tests.support.prepare import run_shardprep, twin
 from tests.support.s3 import Outage
 from tests.support.shards import sample_members, write_tarfile
@@ -231,18 +234,56 @@ def test_a_bucket_dataset_not_prepared_is_named_with_what_to_run(s3, tmp_path):
         f" and describe its media in one run with `shardprep prepare s3://{bucket}/shards"
         " --media-metadata-by-extension`.\n"
     )
-    assert not any(".nv-meta" in key for key in s3.keys(bucket))
-    s3.client().put_object(Bucket=bucket, Key="folder/a.png", Body=images()["rgb33.png"])
-    folder = run_shardprep("prepare-media", f"s3://{bucket}/folder", "--media-metadata-by-extension")
-    assert folder.returncode == 1
-    assert "holds no shards either: prepare-media describes a folder dataset" in folder.stderr
-    assert f"upload the .nv-meta/index.sqlite it writes to s3://{bucket}/folder/.nv-meta/index.sqlite" in (
-        folder.stderr
+    s3.client().put_object(Bucket=bucket, Key="texts/a.txt", Body=b"not media")
+    texts = run_shardprep("prepare-media", f"s3://{bucket}/texts", "--media-metadata-by-extension")
+    assert texts.returncode == 1
+    assert texts.stderr == (
+        f"Error: No media files found under s3://{bucket}/texts with the extension filter; nothing was"
+        " written.\n"
     )
     nothing = run_shardprep("prepare-media", f"s3://{bucket}/nothing", "--media-metadata-by-extension")
     assert nothing.returncode == 1
-    assert f"Nothing is stored below s3://{bucket}/nothing" in nothing.stderr
-    assert s3.keys(bucket) == sorted([*(f"shards/{p.name}" for p in local.glob("*.tar")), "folder/a.png"])
+    assert f"Error: Nothing is stored below s3://{bucket}/nothing: " in nothing.stderr
+    assert s3.keys(bucket) == sorted([*(f"shards/{p.name}" for p in local.glob("*.tar")), "texts/a.txt"])
+
+
+def media_folder(root: Path) -> Path:
+    """Images in the folder, a sub-folder and a hidden one, a WAV, and a text file."""
+    for number, (name, data) in enumerate(sorted(images().items())):
+        folder = root / ("", "sub", ".hidden/deep")[number % 3]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    (root / "sub" / "clip.wav").write_bytes(wav(8000, 1, 2, 800))
+    (root / "notes.txt").write_text("not media")
+    return root
+
+
+def test_a_folder_dataset_in_a_bucket_gets_what_a_local_prepare_media_writes(s3, tmp_path):
+    local, bucket = media_folder(tmp_path / "folder"), bucket_name(tmp_path)
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "aux")
+    ours = tmp_path / "reference"
+    shutil.copytree(local, ours)
+    for flags in (["--media-metadata-by-extension"], ["--media-metadata-by-glob", "*.png"]):  # rows kept
+        result = run_shardprep(
+            "prepare-media", f"s3://{bucket}/aux", *flags, "--tmp-path", str(tmp_path / "t")
+        )
+        assert result.returncode == 0, result.stderr
+        expected = run_shardprep("prepare-media", str(ours), *flags, check=True)
+        assert result.stdout == expected.stdout and "(folder dataset)" in result.stdout
+    assert list((tmp_path / "t").iterdir()) == []
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "aux", fetched)
+    same_media_tables(fetched, ours)
+
+    index = s3.client().get_object(Bucket=bucket, Key=f"aux/{INDEX}")["Body"].read()
+    s3.client().put_object(Bucket=bucket, Key="aux/sub/cut.gif", Body=images()["p33.gif"][:11])
+    broken = run_shardprep("prepare-media", f"s3://{bucket}/aux", "--media-metadata-by-extension")
+    assert broken.returncode == 1
+    assert broken.stderr.startswith(
+        f"Error: s3://{bucket}/aux/sub/cut.gif at byte 11: looks like an image but its header cannot be read:"
+    )
+    assert s3.client().get_object(Bucket=bucket, Key=f"aux/{INDEX}")["Body"].read() == index
 
 
 def test_the_command_a_reprepare_gives_for_lost_media_runs(s3, tmp_path):
