@@ -217,7 +217,9 @@ def test_an_interrupted_run_leaves_no_thread_reading_the_bucket(s3, tmp_path):
         prepare_media_remote(f"s3://{bucket}/ds", MediaFilter(EXTENSION), progress=interrupted)
     except KeyboardInterrupt:
         held = sys.exc_info()  # as the command line's handler holds it while it ends the run
-        assert [thread.name for thread in threading.enumerate() if thread.name.startswith("shardprep-")] == []
+        assert [
+            thread.name for thread in threading.enumerate() if thread.name.startswith("shardprep-bucket")
+        ] == []
         del held
     else:
         pytest.fail("not interrupted")

@@ -308,5 +308,7 @@ def test_ctrl_c_during_a_download_stops_it_with_no_thread_running_and_no_file(s3
     with each_get(store, ctrl_c_at_third_part), pytest.raises(KeyboardInterrupt):
         store.download("index.sqlite", target, 64 * PART)
     assert store.requests - before < 64 // 2, "the download went on after Ctrl-C"
-    assert not [thread.name for thread in threading.enumerate() if thread.name.startswith("shardprep-")]
+    assert not [
+        thread.name for thread in threading.enumerate() if thread.name.startswith("shardprep-download")
+    ]
     assert not target.exists()
