@@ -1,7 +1,13 @@
 """Remote dataset addresses: `s3://bucket/prefix` and `msc://profile/prefix`; anything else is a local path.
 
+An address's path is read as energon's loader reads it (its `EPath`): empty and `.` parts are dropped and
+`..` takes back the part before it, so an address names the objects energon reads there, and a write never
+makes keys with such parts (`s3://b/x/../out` is `s3://b/out`).
+
 >>> parse_address("s3://bucket/data/set/")
 ObjectAddress(scheme='s3', authority='bucket', prefix='data/set')
+>>> parse_address("msc://profile/a//b/./c/../d")
+ObjectAddress(scheme='msc', authority='profile', prefix='a/b/d')
 >>> str(parse_address("msc://profile/ds").child("shard-0.tar"))
 'msc://profile/ds/shard-0.tar'
 >>> parse_address("/data/set") is None
@@ -44,15 +50,27 @@ def is_remote(text: object) -> bool:
 
 
 def parse_address(text: str) -> ObjectAddress | None:
-    """The address `text` names, or None for a local path; a PrepError for a remote one without a bucket."""
+    """The address `text` names, or None for a local path; a PrepError for a remote one without a bucket
+    (or profile), or with a path that climbs above its top."""
     if not is_remote(text):
         return None
     scheme, _, rest = text.partition("://")
-    authority, _, prefix = rest.partition("/")
+    authority, _, path = rest.partition("/")
+    what = "bucket" if scheme == "s3" else "profile"
     if not authority:
-        what = "bucket" if scheme == "s3" else "profile"
         raise PrepError(f"{text} names no {what}: write it as {scheme}://{what.upper()}/PATH.")
-    return ObjectAddress(scheme, authority, prefix.strip("/"))
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if not parts:
+                raise PrepError(
+                    f"{text} climbs above the top of its {what} ('..'), which energon's loader refuses:"
+                    f" write it as {scheme}://{what.upper()}/PATH without it."
+                )
+            parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return ObjectAddress(scheme, authority, "/".join(parts))
 
 
 def require_address(address: str | ObjectAddress) -> ObjectAddress:

@@ -67,6 +67,7 @@ def write_remote(
     `note` is told what the user should hear besides (earlier runs' incomplete uploads aborted)."""
     started = time.perf_counter()
     parsed = require_address(address)
+    address = str(parsed)  # as energon reads it (`x/../out` is `out`): where the objects go
     store = store or open_store(parsed)
     existing = [info.name for info in store.list()]
     kept = resume_folder_for(parsed, tmp_path, WRITE_RESUME) if options.resume else None

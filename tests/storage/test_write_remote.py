@@ -112,6 +112,21 @@ def test_the_time_a_bucket_write_reports_includes_its_upload(s3, source, tmp_pat
     assert took > 0.3 and summary.seconds > 0.8 * took, (summary.seconds, took)
 
 
+def test_an_address_is_read_as_energon_reads_it_and_may_not_climb_above_its_bucket(s3, source):
+    """energon's loader drops empty and `.` parts of an address and resolves `..`: the write puts its
+    objects where `msc://PROFILE/x/../out//` reads them, not under keys holding `..` or `//`."""
+    s3.make_bucket("dotted")
+    args = ["--maxcount", "100", "--part", "text=txt", "--no-progress"]
+    result = run_shardprep("write", str(source), "s3://dotted/x/../out//", *args)
+    assert result.returncode == 0, result.stderr
+    assert "s3://dotted/out" in result.stdout
+    written = s3.keys("dotted")
+    assert written and all(key.startswith("out/") and "//" not in key for key in written), written
+    above = run_shardprep("write", str(source), "s3://dotted/../up", *args)
+    assert above.returncode != 0 and "s3://dotted/../up climbs above the top of its bucket" in above.stderr
+    assert s3.keys("dotted") == written, "a write above the bucket's top wrote something"
+
+
 def test_a_write_aborts_the_incomplete_uploads_a_killed_run_left_for_its_keys(s3, source, tmp_path):
     """A run killed mid-upload leaves its multipart uploads' parts on the server (billed until aborted);
     the next write to the prefix aborts those of the objects it writes, says so in one line, and leaves
