@@ -53,7 +53,7 @@ from prep.inspect.verify import (
     verify_dataset,
     verify_metadataset,
 )
-from prep.storage.address import SCHEMES, ObjectAddress, require_address
+from prep.storage.address import SCHEMES, ObjectAddress, is_plain_name, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, StorageError, open_store
@@ -119,7 +119,7 @@ def _named_by_addresses(text: str, addresses: dict[str, str]) -> str:
 
 
 def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] | None = None) -> None:
-    objects = {info.name: info for info in (store.list() if listed is None else listed)}
+    objects = _plain(store.list() if listed is None else listed)
     meta_prefix = META_DIR + "/"
     meta = [name for name in objects if name.startswith(meta_prefix)]  # configs/x.yaml too
     if _holds_metadataset(objects):  # a polylithic write's folder: name its datasets
@@ -140,6 +140,13 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
     with ThreadPoolExecutor(MIRROR_THREADS, "shardprep-mirror") as pool:
         list(pool.map(lambda name: _download(store, root, name, objects[name].size), [*meta, *wanted]))
         list(pool.map(lambda shard: _mirror_shard(store, root, shard, objects[shard].size, fill), present))
+
+
+def _plain(listed: list[ObjectInfo]) -> dict[str, ObjectInfo]:
+    """The objects listed, by name, that the mirror holds: those whose keys energon reads as theirs
+    (`is_plain_name`); any other (a folder marker, a `//` or `..` in the key) is not where energon looks,
+    and its place in the mirror would be another's, or outside it."""
+    return {info.name: info for info in listed if is_plain_name(info.name)}
 
 
 def _download(store: ObjectStore, root: Path, name: str, size: int | None = None) -> None:
@@ -415,18 +422,18 @@ def _mirror_place(bucket: ObjectStore, prefix: str, target: Path, folder: bool, 
             _download(parent, target.parent, name)
             return
     store = _store_at(bucket, prefix)
-    objects = store.list()
+    objects = _plain(store.list())
     if not objects:
         return
     target.mkdir(parents=True, exist_ok=True)
     if folder:
-        for info in objects:
-            path = target / local_path(info.name)
+        for name in objects:
+            path = target / local_path(name)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
         return
     try:
-        _mirror(store, target, fill, objects)
+        _mirror(store, target, fill, list(objects.values()))
     except StorageError:
         raise
     except PrepError:  # not a prepared dataset: verifying the folder says so

@@ -69,7 +69,7 @@ from prep.media.images import MediaError, ReadAt
 from prep.prepare.resume import FORMAT, ShardCheckpoint
 from prep.prepare.run import PrepareOptions, ShardProgress, ShardTask, Wizard, prepare
 from prep.processes import ordered_map
-from prep.storage.address import ObjectAddress, require_address
+from prep.storage.address import ObjectAddress, is_plain_name, require_address
 from prep.storage.ranged import FIRST_WINDOW, RangedObject
 from prep.storage.scratch import resume_folder_for, scratch_folder
 from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, StorageError, open_store
@@ -510,9 +510,12 @@ def _prepare_and_upload(
 
 def _copy_existing_meta(source: BucketShards, root: Path, keep_media: bool = True) -> None:
     """The bucket's `.nv-meta` files, in its sub-folders too (index.sqlite only where it has media tables to
-    keep, unless not `keep_media`: the rest of it is rebuilt), into `root/.nv-meta`."""
+    keep, unless not `keep_media`: the rest of it is rebuilt), into `root/.nv-meta`; not objects whose keys
+    energon does not read as theirs (`is_plain_name`: a folder marker `.nv-meta/`, a `..` part that would
+    leave `root`)."""
     prefix = META_DIR + "/"
-    names = [info.name for info in source.list_objects() if info.name.startswith(prefix)]
+    listed = source.list_objects()
+    names = [info.name for info in listed if info.name.startswith(prefix) and is_plain_name(info.name)]
     names = [name for name in names if name != prefix + INDEX_SQLITE]
     for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)  # a sub-folder: configs/x.yaml

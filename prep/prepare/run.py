@@ -87,6 +87,7 @@ from prep.prepare.shards import (
     scan_shard,
 )
 from prep.processes import ordered_map, worker_count
+from prep.storage.address import is_plain_name
 from prep.tar.scan import repack_command
 
 #: Samples whose parts the wizard shows after indexing (energon shows two).
@@ -575,7 +576,18 @@ def _check_index_files(root: Path, shards: list[str], source: ShardSource | None
     """A PrepError for shards whose `.tar.idx` cannot be written: in a local dataset, its name would be
     longer than a file name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four; a
     bucket's is built under its `local_path` and goes up under its own name, as energon writes it there);
-    another shard's index has it (`a.tar` and `a.tgz`), or a folder has it."""
+    another shard's index has it (`a.tar` and `a.tgz`), or a folder has it; or for shards in a bucket whose
+    key energon's loader reads as another (`is_plain_name`)."""
+    if source is not None:
+        unplain = [shard for shard in shards if not is_plain_name(shard)]
+        if unplain:
+            others = f" (and {len(unplain) - 1} more)" if len(unplain) > 1 else ""
+            raise PrepError(
+                f"Shard {unplain[0]!r}{others} in {source.name}: energon's loader reads a key with an empty"
+                " part (a leading or doubled '/'), a '.' or a '..' part as another key (it drops or resolves"
+                " such parts), so it could not load this shard. Rename the object, or leave it out with"
+                " --exclude."
+            )
     too_long = [
         shard
         for shard in shards

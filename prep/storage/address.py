@@ -73,6 +73,17 @@ def parse_address(text: str) -> ObjectAddress | None:
     return ObjectAddress(scheme, authority, "/".join(parts))
 
 
+def is_plain_name(name: str) -> bool:
+    """Whether `name`, an object's key relative to a dataset address, is one energon's loader reads back
+    as that key, and one that stays inside a local folder it is mirrored or built in: no part of it empty
+    (a leading, doubled or trailing `/`), `.` or `..` (energon drops or resolves those, as in an address).
+
+    >>> [is_plain_name(name) for name in ("a/b.tar", "/b.tar", "a//b.tar", "a/../b.tar", "a/")]
+    [True, False, False, False, False]
+    """
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def require_address(address: str | ObjectAddress) -> ObjectAddress:
     """`address` parsed; a PrepError if it is not an `s3://` or `msc://` address."""
     if isinstance(address, ObjectAddress):

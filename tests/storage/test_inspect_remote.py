@@ -58,6 +58,21 @@ def test_verify_of_a_healthy_bucket_dataset_reads_little(prepared):
     assert run_shardprep("verify", address, "--deep").returncode == 0
 
 
+def test_objects_whose_keys_energon_reads_as_others_are_left_out_of_the_mirror(s3, prepared, tmp_path):
+    """A folder marker `.nv-meta/` (S3 consoles make them) would be a file where the mirror's folder is,
+    and a key with `..` parts a file outside the mirror: energon reads neither as that key."""
+    local, address = prepared
+    bucket = parse_address(address).authority
+    s3.client().put_object(Bucket=bucket, Key="ds/.nv-meta/", Body=b"")
+    s3.client().put_object(Bucket=bucket, Key="ds/.nv-meta/../../../escaped.yaml", Body=b"a: 1")
+    scratch = ["--tmp-path", str(tmp_path / "scratch")]
+    for command in ("info", "verify", "preview"):
+        remote = run_shardprep(command, address, *scratch)
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout == run_shardprep(command, str(local)).stdout.replace(str(local), address)
+        assert not list((tmp_path / "scratch").iterdir()), f"{command} left a file outside its mirror"
+
+
 def test_the_index_of_a_bucket_dataset_is_fetched_a_part_at_a_time(prepared):
     """An `index.sqlite` of 244M samples is 30 GB: the mirror downloads it in reads of `part_size`, never
     in one GET held in memory."""

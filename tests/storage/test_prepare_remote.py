@@ -491,6 +491,32 @@ def test_a_shard_whose_index_file_name_is_too_long_for_a_local_file_gets_its_ind
         assert uploaded == (source / tar_index_name(name)).read_bytes()
 
 
+def test_keys_energon_reads_as_other_keys_are_refused_as_shards_and_never_land_outside_the_run(s3, tmp_path):
+    """energon's loader folds a key's `//` (and drops `.`, resolves `..`): `ds//b.tar` is a shard it reads
+    as `ds/b.tar`, and its index, built at its name below the run's folder, was built at /b.tar.idx. A
+    folder marker `.nv-meta/` (S3 consoles make them) and a `..` key are no files of the index."""
+    s3.make_bucket("slashed")
+    for name in ("a.tar", "b.tar"):
+        write_tarfile(tmp_path / "src" / name, sample_members(name[0], 3))
+    client = s3.client()
+    client.upload_file(str(tmp_path / "src" / "a.tar"), "slashed", "ds/a.tar")
+    client.upload_file(str(tmp_path / "src" / "b.tar"), "slashed", "ds//b.tar")
+    client.put_object(Bucket="slashed", Key="ds/.nv-meta/", Body=b"")
+    client.put_object(Bucket="slashed", Key="ds/.nv-meta/../../../escaped.yaml", Body=b"a: 1")
+    before = s3.keys("slashed")
+    scratch = ["--tmp-path", str(tmp_path / "scratch")]
+    refused = run_shardprep("prepare", "s3://slashed/ds", *FLAGS, *scratch)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "Shard '/b.tar' in s3://slashed/ds: energon's loader reads" in refused.stderr
+    assert s3.keys("slashed") == before
+    run_shardprep("prepare", "s3://slashed/ds", *FLAGS, *scratch, "--exclude", "^/", check=True)
+    assert not list((tmp_path / "scratch").iterdir()), "a file landed outside the run's folder"
+    assert [key for key in s3.keys("slashed") if key not in before] == [
+        f"ds/{META_DIR}/{name}"
+        for name in (".info.json", "dataset.yaml", "index.sqlite", "index.uuid", "split.yaml")
+    ] + ["ds/a.tar.idx"]
+
+
 def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_goes_up_and_is_read_back(s3, tmp_path):
     """`--dataset-yaml-name configs/x.yaml` writes into a sub-folder of `.nv-meta`: it is uploaded with the
     rest (only the files at the top went up), and verify of the bucket dataset reads it."""
