@@ -16,12 +16,15 @@ True
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from prep.errors import PrepError
 
 #: The schemes a dataset address may have besides a plain path.
 SCHEMES = ("s3", "msc")
+#: A bucket name as botocore takes it (besides an access point's ARN, `arn:...`).
+BUCKET_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,255}")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def is_remote(text: object) -> bool:
 
 def parse_address(text: str) -> ObjectAddress | None:
     """The address `text` names, or None for a local path; a PrepError for a remote one without a bucket
-    (or profile), or with a path that climbs above its top."""
+    (or profile), with a bucket name S3 does not take, or with a path that climbs above its top."""
     if not is_remote(text):
         return None
     scheme, _, rest = text.partition("://")
@@ -59,6 +62,11 @@ def parse_address(text: str) -> ObjectAddress | None:
     what = "bucket" if scheme == "s3" else "profile"
     if not authority:
         raise PrepError(f"{text} names no {what}: write it as {scheme}://{what.upper()}/PATH.")
+    if scheme == "s3" and not (BUCKET_NAME.fullmatch(authority) or authority.startswith("arn:")):
+        raise PrepError(
+            f"{text}: {authority!r} is not a bucket name (letters, digits, '.', '-' and '_'): write the"
+            f" address as s3://BUCKET/PATH.{_misplaced(authority)}"
+        )
     parts: list[str] = []
     for part in path.split("/"):
         if part == "..":
@@ -71,6 +79,16 @@ def parse_address(text: str) -> ObjectAddress | None:
         elif part not in ("", "."):
             parts.append(part)
     return ObjectAddress(scheme, authority, "/".join(parts))
+
+
+def _misplaced(authority: str) -> str:
+    """What of an address's bucket part belongs elsewhere, in a sentence: credentials (`KEY:SECRET@bucket`)
+    or an endpoint's port (`host:9000`)."""
+    if "@" in authority:
+        return " Credentials go in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, not in the address."
+    if ":" in authority:
+        return " An endpoint (host:port) goes in AWS_ENDPOINT_URL, not in the address."
+    return ""
 
 
 def is_plain_name(name: str) -> bool:

@@ -517,6 +517,17 @@ def test_keys_energon_reads_as_other_keys_are_refused_as_shards_and_never_land_o
     ] + ["ds/a.tar.idx"]
 
 
+def test_an_endpoint_or_credentials_in_the_bucket_part_of_an_address_are_named_as_such(s3):
+    for address, saying in [
+        ("s3://localhost:9000/ds", "An endpoint (host:port) goes in AWS_ENDPOINT_URL"),
+        ("s3://KEY:SECRET@bucket/ds", "Credentials go in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+        ("s3://my bucket/ds", "write the address as s3://BUCKET/PATH."),
+    ]:
+        result = run_shardprep("prepare", address, *FLAGS)
+        assert result.returncode != 0 and "is not a bucket name" in result.stderr
+        assert saying in result.stderr and "regex" not in result.stderr, result.stderr
+
+
 def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_goes_up_and_is_read_back(s3, tmp_path):
     """`--dataset-yaml-name configs/x.yaml` writes into a sub-folder of `.nv-meta`: it is uploaded with the
     rest (only the files at the top went up), and verify of the bucket dataset reads it."""
