@@ -705,10 +705,26 @@ def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str,
         raise PrepError(
             f"msc://{name}/ addresses need multi-storage-client, part of the s3 extra: {S3_EXTRA}."
         ) from None
-    config, path = StorageClientConfig.read_msc_config()
+    given = os.environ.get("MSC_CONFIG")
+    try:
+        config, path = StorageClientConfig.read_msc_config()
+    except Exception as error:  # MSC's: a ValueError (not YAML or JSON), RuntimeError (not its schema), ...
+        # a RuntimeError's arguments are a text and jsonschema's error, whose message says what is wrong
+        cause = error.args[-1] if isinstance(error, RuntimeError) and error.args else error
+        detail = str(getattr(cause, "message", cause))
+        if given and given not in detail:
+            detail = f"{given}: {detail}"
+        raise PrepError(
+            f"msc://{name}/: the MSC config cannot be read ({detail}). Correct it, or set MSC_CONFIG to the"
+            " path of another."
+        ) from None
     profiles = (config or {}).get("profiles") or {}
-    where = path or "no MSC config file was found (set MSC_CONFIG to its path)"
     if name not in profiles:
+        if given and not os.path.exists(given):
+            where = f"MSC_CONFIG names {given}, which does not exist"
+            where += f"; MSC read {path}" if path else ", and none is in MSC's default places"
+        else:
+            where = path or "none was found: set MSC_CONFIG to its path"
         raise PrepError(f"msc://{name}/: the MSC config ({where}) has no profile {name!r}.")
     provider = profiles[name].get("storage_provider") or {}
     if provider.get("type") not in S3_PROVIDER_TYPES:

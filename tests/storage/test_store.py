@@ -63,6 +63,26 @@ def test_msc_profile_addresses_the_bucket_under_its_base_path(s3, tmp_path, monk
         open_store(parse_address("msc://other/ds"))
 
 
+def test_an_msc_config_that_cannot_be_read_or_is_not_there_is_named_with_what_to_do(tmp_path, monkeypatch):
+    pytest.importorskip("multistorageclient")
+    not_yaml, not_a_mapping = tmp_path / "broken.yaml", tmp_path / "list.yaml"
+    not_yaml.write_text("profiles: [unclosed\n  : : {\n")
+    not_a_mapping.write_text("- a\n")
+    for config, saying in [
+        (not_yaml, f"malformed MSC config file: {not_yaml}"),
+        (not_a_mapping, f"{not_a_mapping}: 'list' object has no attribute 'get'"),
+    ]:
+        monkeypatch.setenv("MSC_CONFIG", str(config))
+        with pytest.raises(PrepError, match="msc://prof/: the MSC config cannot be read") as raised:
+            open_store(parse_address("msc://prof/ds"))
+        assert saying in str(raised.value) and "set MSC_CONFIG to the path of another" in str(raised.value)
+    monkeypatch.setenv("MSC_CONFIG", str(tmp_path / "gone.yaml"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no config in MSC's default places either
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    with pytest.raises(PrepError, match=f"MSC_CONFIG names {tmp_path / 'gone.yaml'}, which does not exist"):
+        open_store(parse_address("msc://prof/ds"))
+
+
 def test_unreachable_endpoint_is_retried_then_named_with_the_byte_range(s3, monkeypatch):
     from tests.support.s3 import free_port
 
