@@ -24,7 +24,7 @@ from prep.errors import PrepError
 #: The schemes a dataset address may have besides a plain path.
 SCHEMES = ("s3", "msc")
 #: A bucket name as botocore takes it (besides an access point's ARN, `arn:...`).
-BUCKET_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,255}")
+_BUCKET_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,255}")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def parse_address(text: str) -> ObjectAddress | None:
     what = "bucket" if scheme == "s3" else "profile"
     if not authority:
         raise PrepError(f"{text} names no {what}: write it as {scheme}://{what.upper()}/PATH.")
-    if scheme == "s3" and not (BUCKET_NAME.fullmatch(authority) or authority.startswith("arn:")):
+    if scheme == "s3" and not is_bucket_name(authority):
         raise PrepError(
             f"{text}: {authority!r} is not a bucket name (letters, digits, '.', '-' and '_'): write the"
             f" address as s3://BUCKET/PATH.{_misplaced(authority)}"
@@ -79,6 +79,15 @@ def parse_address(text: str) -> ObjectAddress | None:
         elif part not in ("", "."):
             parts.append(part)
     return ObjectAddress(scheme, authority, "/".join(parts))
+
+
+def is_bucket_name(text: str) -> bool:
+    """Whether botocore takes `text` as a bucket: a name or an access point's ARN.
+
+    >>> is_bucket_name("my-bucket.v2"), is_bucket_name("host:9000"), is_bucket_name("s3:")
+    (True, False, False)
+    """
+    return bool(_BUCKET_NAME.fullmatch(text)) or text.startswith("arn:")
 
 
 def _misplaced(authority: str) -> str:

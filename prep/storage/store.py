@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from prep.errors import PrepError
-from prep.storage.address import ObjectAddress
+from prep.storage.address import ObjectAddress, is_bucket_name
 
 #: How to get what remote addresses need.
 S3_EXTRA = "pip install 'shardprep[s3]'"
@@ -733,9 +733,15 @@ def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str,
             f" S3-compatible ones ({', '.join(S3_PROVIDER_TYPES)})."
         )
     options = provider.get("options") or {}
-    bucket, _, base = str(options.get("base_path", "")).strip("/").partition("/")
+    base_path = str(options.get("base_path", ""))
+    bucket, _, base = base_path.strip("/").partition("/")
     if not bucket:
         raise PrepError(f"msc://{name}/: the profile's storage_provider has no base_path (BUCKET/PREFIX).")
+    if not is_bucket_name(bucket):
+        raise PrepError(
+            f"msc://{name}/: the profile's base_path, {base_path!r}, does not begin with a bucket name: write it"
+            " as BUCKET/PREFIX, without a scheme or an endpoint."
+        )
     credentials: dict[str, str] = {}
     given = profiles[name].get("credentials_provider") or {}
     if given.get("type") == "S3Credentials":

@@ -83,6 +83,13 @@ def test_an_msc_config_that_cannot_be_read_or_is_not_there_is_named_with_what_to
         open_store(parse_address("msc://prof/ds"))
 
 
+def test_a_profile_whose_base_path_is_an_address_is_refused_saying_what_to_write(s3, tmp_path, monkeypatch):
+    config = s3.msc_config(tmp_path / "msc.yaml", "prof", "s3://bucket/ds")
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+    with pytest.raises(PrepError, match=r"base_path, 's3://bucket/ds', does not begin with a bucket name"):
+        open_store(parse_address("msc://prof/x"))
+
+
 def test_unreachable_endpoint_is_retried_then_named_with_the_byte_range(s3, monkeypatch):
     from tests.support.s3 import free_port
 
