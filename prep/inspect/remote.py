@@ -137,9 +137,28 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
     shards = list(read_shard_counts(root / META_DIR))
     wanted = [tar_index_name(shard) for shard in shards if tar_index_name(shard) in objects]
     present = [shard for shard in shards if shard in objects]
+    _refuse_file_and_folder(store, [*present, *wanted, *meta])
     with ThreadPoolExecutor(MIRROR_THREADS, "shardprep-mirror") as pool:
         list(pool.map(lambda name: _download(store, root, name, objects[name].size), [*meta, *wanted]))
         list(pool.map(lambda shard: _mirror_shard(store, root, shard, objects[shard].size, fill), present))
+
+
+def _refuse_file_and_folder(store: ObjectStore, names: list[str]) -> None:
+    """A PrepError if one of `names` is also the folder of another (objects `x.tar` and `x.tar/y.tar`):
+    a bucket holds both, a local folder, the mirror, cannot."""
+    folders: dict[str, str] = {}
+    for name in names:
+        parts = local_path(name).split("/")
+        for end in range(1, len(parts)):
+            folders.setdefault("/".join(parts[:end]), name)
+    for name in names:
+        inside = folders.get(local_path(name))
+        if inside is not None:
+            raise PrepError(
+                f"{store.url(name)} is an object, and the folder of {store.url(inside)} too: energon's loader"
+                " reads both, but info, verify and preview read a dataset through a local copy, which cannot"
+                " hold a file and a folder of one name. Rename one of them and prepare the dataset again."
+            )
 
 
 def _plain(listed: list[ObjectInfo]) -> dict[str, ObjectInfo]:

@@ -73,6 +73,25 @@ def test_objects_whose_keys_energon_reads_as_others_are_left_out_of_the_mirror(s
         assert not list((tmp_path / "scratch").iterdir()), f"{command} left a file outside its mirror"
 
 
+def test_a_shard_that_is_also_the_folder_of_another_is_named_not_a_traceback(s3, tmp_path):
+    """A bucket holds objects `x.tar` and `x.tar/y.tar`; the local copy info, verify and preview read
+    through cannot."""
+    from tests.support.shards import sample_members, write_tarfile
+
+    s3.make_bucket("clash")
+    for key, prefix in (("x.tar", "x"), ("x.tar/y.tar", "y")):
+        shard = write_tarfile(tmp_path / f"{prefix}.tar", sample_members(prefix, 2))
+        s3.client().put_object(Bucket="clash", Key=f"ds/{key}", Body=shard.read_bytes())
+    run_shardprep("prepare", "s3://clash/ds", *FLAGS, check=True)
+    for command in ("info", "verify", "preview"):
+        result = run_shardprep(command, "s3://clash/ds")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert (
+            "s3://clash/ds/x.tar is an object, and the folder of s3://clash/ds/x.tar/y.tar too"
+            in result.stderr
+        )
+
+
 def test_the_index_of_a_bucket_dataset_is_fetched_a_part_at_a_time(prepared):
     """An `index.sqlite` of 244M samples is 30 GB: the mirror downloads it in reads of `part_size`, never
     in one GET held in memory."""
