@@ -10,6 +10,7 @@ removed and nothing already on disk is touched), and the progress line.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import time
@@ -22,7 +23,7 @@ from prep import __version__
 from prep.engines import ENGINES, LOCAL
 from prep.errors import PrepError
 from prep.progress import time_left
-from prep.storage.address import is_remote
+from prep.storage.address import is_remote, misspelt_address
 
 # name -> "module:attribute" of a click command. Commands register here, one line each.
 COMMANDS: dict[str, str] = {
@@ -88,7 +89,16 @@ class DatasetLocation(click.ParamType):
     name = "path"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
-        return value if is_remote(value) else Path(value)  # type: ignore[arg-type,return-value]
+        if is_remote(value):
+            return value  # type: ignore[return-value]
+        meant = misspelt_address(str(value))
+        if meant is not None and not os.path.lexists(str(value)):  # (a folder `S3:` that is there is one)
+            self.fail(
+                f"{value} is a local path as written, and not there: write the address as {meant}.",
+                param,
+                ctx,
+            )
+        return Path(value)  # type: ignore[arg-type]
 
 
 tmp_path_option = click.option(

@@ -52,6 +52,19 @@ def is_remote(text: object) -> bool:
     return isinstance(text, str) and text.partition("://")[0] in SCHEMES and "://" in text
 
 
+def misspelt_address(text: str) -> str | None:
+    """The `s3://` or `msc://` address `text` looks meant as, where as written it is a local path: its
+    scheme in capitals, or one slash after it (a local path folds `//` to `/`).
+
+    >>> misspelt_address("S3://b/x"), misspelt_address("msc:/p/x"), misspelt_address("s3://b/x")
+    ('s3://b/x', 'msc://p/x', None)
+    """
+    scheme, colon, rest = text.partition(":/")
+    if is_remote(text) or not colon or scheme.lower() not in SCHEMES:
+        return None
+    return f"{scheme.lower()}://{rest.lstrip('/')}"
+
+
 def parse_address(text: str) -> ObjectAddress | None:
     """The address `text` names, or None for a local path; a PrepError for a remote one without a bucket
     (or profile), with a bucket name S3 does not take, or with a path that climbs above its top."""

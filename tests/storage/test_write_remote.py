@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +15,7 @@ from prep.storage.store import open_store
 from prep.write.options import WriteOptions
 from prep.write.remote import write_remote
 from prep.write.sources.jsonl import JsonlSource
-from tests.support.prepare import run_shardprep, sqlite_contents, tar_indexes
+from tests.support.prepare import REPO, run_shardprep, sqlite_contents, tar_indexes
 from tests.support.s3 import S3Server
 
 ROWS = [{"id": i, "text": f"line {i} " + "x" * (i * 37 % 500)} for i in range(300)]
@@ -125,6 +128,40 @@ def test_an_address_is_read_as_energon_reads_it_and_may_not_climb_above_its_buck
     above = run_shardprep("write", str(source), "s3://dotted/../up", *args)
     assert above.returncode != 0 and "s3://dotted/../up climbs above the top of its bucket" in above.stderr
     assert s3.keys("dotted") == written, "a write above the bucket's top wrote something"
+
+
+def test_a_misspelt_address_is_refused_not_written_as_a_local_folder(s3, source, tmp_path):
+    """`S3://b/out` and `s3:/b/out` are local paths as written (energon takes them so too): a write made
+    a folder `S3:` in the working directory, and said it wrote `S3:/b/out`."""
+    s3.make_bucket("misspelt")
+    for address, meant in (
+        ("S3://misspelt/out", "s3://misspelt/out"),
+        ("s3:/misspelt/out", "s3://misspelt/out"),
+    ):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "prep",
+                "write",
+                str(source),
+                address,
+                "--part",
+                "text=txt",
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert result.returncode == 2, result.stdout
+        assert (
+            f"{address} is a local path as written, and not there: write the address as {meant}."
+            in result.stderr
+        )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["rows.jsonl"]
+    assert s3.keys("misspelt") == []
 
 
 def test_a_write_aborts_the_incomplete_uploads_a_killed_run_left_for_its_keys(s3, source, tmp_path):
