@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -203,7 +204,7 @@ def preview_command(
     if unreadable:
         raise PrepError(
             f"{unreadable:,} of the parts above could not be read or are not where the index says."
-            f" `shardprep verify {dataset}` names each"
+            f" `shardprep verify {shlex.quote(str(dataset))}` names each"
             " damaged shard and what to do about it."
         )
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import copy
 import os
+import re
+import shlex
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -64,6 +66,8 @@ from prep.tar.scan import RangedHeaderWalker
 MIRROR_THREADS = 8
 #: How the local mirror's shards are filled: "none" (sizes only), "headers", or "whole".
 FILLS = ("none", "headers", "whole")
+#: A command a message tells the user to run.
+_COMMAND = re.compile(r"`shardprep [^`]*`")
 
 
 class RemoteDataset(PreparedDataset):
@@ -107,8 +111,11 @@ def remote_mirror(
 
 
 def _named_by_address(text: str, mirror: str | Path, address: object) -> str:
-    """`text` with the local mirror (gone when the user reads it) named by the address it stands for."""
-    return text.replace(str(mirror), str(address))
+    """`text` with the local mirror (gone when the user reads it) named by the address it stands for, in
+    a command the user is told to run quoted as a shell needs it (`shardprep prepare 's3://b/my data'`)."""
+    mirror, address = str(mirror), str(address)
+    text = _COMMAND.sub(lambda command: command.group().replace(mirror, shlex.quote(address)), text)
+    return text.replace(mirror, address)
 
 
 def _named_by_addresses(text: str, addresses: dict[str, str]) -> str:
@@ -128,7 +135,7 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
     if not meta:
         raise PrepError(
             f"{store.address} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"
-            f" `shardprep prepare {store.address}`."
+            f" `shardprep prepare {shlex.quote(str(store.address))}`."
         )
     (root / META_DIR).mkdir(parents=True)
     for name in meta:  # .info.json (or the legacy .info.yaml) first: it names the shards

@@ -92,6 +92,25 @@ def test_a_shard_that_is_also_the_folder_of_another_is_named_not_a_traceback(s3,
         )
 
 
+def test_the_commands_messages_tell_to_run_quote_an_address_as_a_shell_needs(s3, tmp_path):
+    """`shardprep prepare s3://quoted/my data#1`, pasted, prepares `s3://quoted/my`."""
+    from tests.support.shards import sample_members, write_tarfile
+
+    s3.make_bucket("quoted")
+    shard = write_tarfile(tmp_path / "a.tar", sample_members("a", 2))
+    s3.client().put_object(Bucket="quoted", Key="my data#1/a.tar", Body=shard.read_bytes())
+    address = "s3://quoted/my data#1"
+    unprepared = run_shardprep("info", address)
+    assert f"Prepare it first with `shardprep prepare '{address}'`." in unprepared.stderr
+    run_shardprep(
+        "prepare", address, "--non-interactive", "--split-ratio", "1,0,0", "--no-progress", check=True
+    )
+    no_yaml = run_shardprep("verify", address)  # prepared without a dataset.yaml
+    assert f"fix: re-run `shardprep prepare '{address}'` to rebuild the index" in no_yaml.stdout, (
+        no_yaml.stdout
+    )
+
+
 def test_the_index_of_a_bucket_dataset_is_fetched_a_part_at_a_time(prepared):
     """An `index.sqlite` of 244M samples is 30 GB: the mirror downloads it in reads of `part_size`, never
     in one GET held in memory."""
