@@ -576,8 +576,9 @@ def _check_index_files(root: Path, shards: list[str], source: ShardSource | None
     """A PrepError for shards whose `.tar.idx` cannot be written: in a local dataset, its name would be
     longer than a file name may be (a shard's name takes up to NAME_MAX bytes, and `.idx` adds four; a
     bucket's is built under its `local_path` and goes up under its own name, as energon writes it there);
-    another shard's index has it (`a.tar` and `a.tgz`), or a folder has it; or for shards in a bucket whose
-    key energon's loader reads as another (`is_plain_name`)."""
+    another shard's index has it (`a.tar` and `a.tgz`), or a folder has it (in a bucket, one of shards:
+    `a.tar.idx/b.tar`); or for shards in a bucket whose key energon's loader reads as another
+    (`is_plain_name`)."""
     if source is not None:
         unplain = [shard for shard in shards if not is_plain_name(shard)]
         if unplain:
@@ -611,12 +612,20 @@ def _check_index_files(root: Path, shards: list[str], source: ShardSource | None
             )
     if source is None:
         folders = [shard for shard in shards if (root / tar_index_name(shard)).is_dir()]
-        if folders:
-            others = f" (and {len(folders) - 1} more)" if len(folders) > 1 else ""
-            raise PrepError(
-                f"{root / tar_index_name(folders[0])}{others} is a folder, where prepare writes the index file"
-                " of the shard beside it. Remove or rename the folder, then run again."
-            )
+        where = str(root)
+    else:  # a bucket holds an object and a folder of one name; the local folder the index is built in cannot
+        holding: set[str] = set()
+        for shard in shards:
+            parts = shard.split("/")
+            holding.update("/".join(parts[:end]) for end in range(1, len(parts)))
+        folders = [shard for shard in shards if tar_index_name(shard) in holding]
+        where = source.name
+    if folders:
+        others = f" (and {len(folders) - 1} more)" if len(folders) > 1 else ""
+        raise PrepError(
+            f"{where}/{tar_index_name(folders[0])}{others} is a folder, where prepare writes the index file"
+            " of the shard beside it. Remove or rename the folder, then run again."
+        )
 
 
 def _insert_rows(

@@ -517,6 +517,19 @@ def test_keys_energon_reads_as_other_keys_are_refused_as_shards_and_never_land_o
     ] + ["ds/a.tar.idx"]
 
 
+def test_a_folder_of_shards_named_as_a_shards_index_file_is_named_by_its_address(s3, tmp_path):
+    """A bucket holds `x.tar.idx` beside a folder `x.tar.idx/` (energon writes the one beside the other); the
+    local folder the index is built in cannot: the error named that folder, gone when the user reads it."""
+    s3.make_bucket("idxfolder")
+    for key in ("x.tar", "x.tar.idx/y.tar"):
+        shard = write_tarfile(tmp_path / "shard.tar", sample_members(key[-5], 2))
+        s3.client().put_object(Bucket="idxfolder", Key=f"ds/{key}", Body=shard.read_bytes())
+    result = run_shardprep("prepare", "s3://idxfolder/ds", *FLAGS)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "s3://idxfolder/ds/x.tar.idx is a folder, where prepare writes the index file" in result.stderr
+    assert s3.keys("idxfolder") == ["ds/x.tar", "ds/x.tar.idx/y.tar"]
+
+
 def test_an_endpoint_or_credentials_in_the_bucket_part_of_an_address_are_named_as_such(s3):
     for address, saying in [
         ("s3://localhost:9000/ds", "An endpoint (host:port) goes in AWS_ENDPOINT_URL"),
