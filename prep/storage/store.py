@@ -188,7 +188,9 @@ class ObjectStore:
         self.address = address
         self.spec = spec
         self.bucket = bucket
-        self.base = base.strip("/")
+        #: What the bucket keys of an MSC profile begin with: its base_path after the bucket, as MSC joins
+        #: it to a path (`data` and `data/` alike; `/data` and `data//` are other keys).
+        self.base = base
         self.endpoint = endpoint or "the default AWS endpoint"
         self.retry = retry
         self.part_size = part_size
@@ -237,7 +239,9 @@ class ObjectStore:
     def key(self, name: str) -> str:
         """The bucket key of `name` (relative to the dataset address)."""
         key = self.address.key(name)
-        return f"{self.base}/{key}" if self.base else key
+        if not self.base or self.base.endswith("/"):
+            return self.base + key
+        return f"{self.base}/{key}"
 
     def url(self, name: str) -> str:
         return str(self.address.child(name))
@@ -734,7 +738,7 @@ def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str,
         )
     options = provider.get("options") or {}
     base_path = str(options.get("base_path", ""))
-    bucket, _, base = base_path.strip("/").partition("/")
+    bucket, _, base = base_path.lstrip("/").partition("/")  # as MSC splits base_path joined to a path
     if not bucket:
         raise PrepError(f"msc://{name}/: the profile's storage_provider has no base_path (BUCKET/PREFIX).")
     if not is_bucket_name(bucket):

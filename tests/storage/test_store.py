@@ -63,6 +63,29 @@ def test_msc_profile_addresses_the_bucket_under_its_base_path(s3, tmp_path, monk
         open_store(parse_address("msc://other/ds"))
 
 
+def test_an_msc_profile_reaches_the_keys_msc_does_whatever_the_slashes_of_its_base_path(
+    s3, tmp_path, monkeypatch
+):
+    """MSC joins a base_path to a path as `os.path.join` does: `b/ds/` and `/b/ds` reach `ds/x`, but
+    `b//ds` reaches `/ds/x`, and `b/ds//` `ds//x`; energon reads what MSC reaches."""
+    msc = pytest.importorskip("multistorageclient")
+    s3.make_bucket("slashes")
+    for number, base_path in enumerate(["slashes/ds/", "/slashes/ds", "slashes//ds", "slashes/ds//"]):
+        profile = f"slashes{number}{tmp_path.name[-6:]}".replace("_", "")  # MSC keeps clients by profile
+        monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / f"{profile}.yaml", profile, base_path)))
+        client, _ = msc.resolve_storage_client(f"msc://{profile}/")
+        client.write(f"by-msc-{number}.tar", b"m")
+        store = open_store(parse_address(f"msc://{profile}"))
+        store.put(f"by-us-{number}.tar", b"u")
+        by_msc, by_us = (
+            [key for key in s3.keys("slashes") if key.endswith(f"{who}-{number}.tar")]
+            for who in ("msc", "us")
+        )
+        assert [key.replace("by-msc", "by-us") for key in by_msc] == by_us, base_path
+        assert [info.name for info in store.list()] == [f"by-msc-{number}.tar", f"by-us-{number}.tar"]
+        s3.delete_keys("slashes", by_msc + by_us)
+
+
 def test_an_msc_config_that_cannot_be_read_or_is_not_there_is_named_with_what_to_do(tmp_path, monkeypatch):
     pytest.importorskip("multistorageclient")
     not_yaml, not_a_mapping = tmp_path / "broken.yaml", tmp_path / "list.yaml"
