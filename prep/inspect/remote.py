@@ -134,7 +134,7 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
         raise metadataset_error(root, root / METADATASET_YAML)
     if not meta:
         raise PrepError(
-            f"{store.address} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"
+            f"{store.where()} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"
             f" `shardprep prepare {shlex.quote(str(store.address))}`."
         )
     (root / META_DIR).mkdir(parents=True)

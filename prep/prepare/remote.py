@@ -294,7 +294,7 @@ class BucketShards:
         if not shards:
             excluded = f" (after --exclude {exclude!r})" if exclude else ""
             raise PrepError(
-                f"No shards found under {self.store.address}{excluded}: prepare looks for *.tar and *.tgz"
+                f"No shards found under {self.store.where()}{excluded}: prepare looks for *.tar and *.tgz"
                 " objects below it, skipping hidden ones. Point it at the prefix that holds the shards."
             )
         return shards

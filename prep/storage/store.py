@@ -246,6 +246,13 @@ class ObjectStore:
     def url(self, name: str) -> str:
         return str(self.address.child(name))
 
+    def where(self) -> str:
+        """The dataset address, for an MSC profile with the bucket and key prefix it stands for (a base_path
+        that is not what its author meant shows there)."""
+        if self.address.scheme == "s3":
+            return str(self.address)
+        return f"{self.address} (bucket {self.bucket}, keys beginning {self._prefix()!r})"
+
     # --- reading ---------------------------------------------------------------------------------------
 
     def _prefix(self) -> str:

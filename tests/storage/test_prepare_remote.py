@@ -245,6 +245,21 @@ def test_energon_loads_a_bucket_prepared_dataset_through_msc(s3, bucket_dataset,
     assert loaded["big-00003"]["bin"] == b"\x01" * BIG
 
 
+def test_no_shards_under_an_msc_profile_names_the_keys_it_stands_for(s3, tmp_path, monkeypatch):
+    """A base_path `bucket//ds` (templated from `$BUCKET/$PREFIX` with PREFIX=/ds) reaches keys `/ds/...`,
+    not the shards under `ds/`: the error shows which keys were looked at."""
+    s3.make_bucket("based")
+    s3.client().put_object(
+        Bucket="based",
+        Key="ds/a.tar",
+        Body=write_tarfile(tmp_path / "a.tar", sample_members("a", 2)).read_bytes(),
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "based", "based//ds")))
+    result = run_shardprep("prepare", "msc://based", *FLAGS)
+    assert result.returncode == 1
+    assert "No shards found under msc://based/ (bucket based, keys beginning '/ds/')" in result.stderr
+
+
 def test_a_prepared_bucket_dataset_is_kept_unless_forced_and_tar_index_only_keeps_its_split(
     s3, bucket_dataset
 ):
