@@ -55,7 +55,7 @@ from prep.inspect.verify import (
     verify_dataset,
     verify_metadataset,
 )
-from prep.storage.address import SCHEMES, ObjectAddress, is_plain_name, require_address
+from prep.storage.address import SCHEMES, ObjectAddress, enclosing_folders, is_plain_name, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
 from prep.storage.scratch import scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, StorageError, open_store
@@ -153,14 +153,11 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
 def _refuse_file_and_folder(store: ObjectStore, names: list[str]) -> None:
     """A PrepError if one of `names` is also the folder of another (objects `x.tar` and `x.tar/y.tar`):
     a bucket holds both, a local folder, the mirror, cannot."""
-    folders: dict[str, str] = {}
-    for name in names:
-        parts = local_path(name).split("/")
-        for end in range(1, len(parts)):
-            folders.setdefault("/".join(parts[:end]), name)
-    for name in names:
-        inside = folders.get(local_path(name))
-        if inside is not None:
+    local = {local_path(name): name for name in names}
+    folders = enclosing_folders(local)
+    for path, name in local.items():
+        if path in folders:
+            inside = local[folders[path]]
             raise PrepError(
                 f"{store.url(name)} is an object, and the folder of {store.url(inside)} too: energon's loader"
                 " reads both, but info, verify and preview read a dataset through a local copy, which cannot"

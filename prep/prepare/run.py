@@ -87,7 +87,7 @@ from prep.prepare.shards import (
     scan_shard,
 )
 from prep.processes import ordered_map, worker_count
-from prep.storage.address import is_plain_name
+from prep.storage.address import enclosing_folders, is_plain_name
 from prep.tar.scan import repack_command
 
 #: Samples whose parts the wizard shows after indexing (energon shows two).
@@ -613,11 +613,8 @@ def _check_index_files(root: Path, shards: list[str], source: ShardSource | None
     if source is None:
         folders = [shard for shard in shards if (root / tar_index_name(shard)).is_dir()]
         where = str(root)
-    else:  # a bucket holds an object and a folder of one name; the local folder the index is built in cannot
-        holding: set[str] = set()
-        for shard in shards:
-            parts = shard.split("/")
-            holding.update("/".join(parts[:end]) for end in range(1, len(parts)))
+    else:  # the index is built in a local folder first
+        holding = enclosing_folders(shards)
         folders = [shard for shard in shards if tar_index_name(shard) in holding]
         where = source.name
     if folders:

@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prep.errors import PrepError
@@ -122,6 +123,21 @@ def is_plain_name(name: str) -> bool:
     [True, False, False, False, False]
     """
     return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def enclosing_folders(names: Iterable[str]) -> dict[str, str]:
+    """Each folder some of `names` (keys or paths, `/`-separated) are in, with the first name in it: what
+    a bucket holds beside an object of the same name, and a local folder cannot.
+
+    >>> enclosing_folders(["a/b/c.tar", "a/d.tar"])
+    {'a': 'a/b/c.tar', 'a/b': 'a/b/c.tar'}
+    """
+    folders: dict[str, str] = {}
+    for name in names:
+        parts = name.split("/")
+        for end in range(1, len(parts)):
+            folders.setdefault("/".join(parts[:end]), name)
+    return folders
 
 
 def require_address(address: str | ObjectAddress) -> ObjectAddress:

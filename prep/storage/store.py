@@ -716,23 +716,23 @@ def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str,
         raise PrepError(
             f"msc://{name}/ addresses need multi-storage-client, part of the s3 extra: {S3_EXTRA}."
         ) from None
-    given = os.environ.get("MSC_CONFIG")
+    config_env = os.environ.get("MSC_CONFIG")
     try:
         config, path = StorageClientConfig.read_msc_config()
     except Exception as error:  # MSC's: a ValueError (not YAML or JSON), RuntimeError (not its schema), ...
         # a RuntimeError's arguments are a text and jsonschema's error, whose message says what is wrong
         cause = error.args[-1] if isinstance(error, RuntimeError) and error.args else error
         detail = str(getattr(cause, "message", cause))
-        if given and given not in detail:
-            detail = f"{given}: {detail}"
+        if config_env and config_env not in detail:
+            detail = f"{config_env}: {detail}"
         raise PrepError(
             f"msc://{name}/: the MSC config cannot be read ({detail}). Correct it, or set MSC_CONFIG to the"
             " path of another."
         ) from None
     profiles = (config or {}).get("profiles") or {}
     if name not in profiles:
-        if given and not os.path.exists(given):
-            where = f"MSC_CONFIG names {given}, which does not exist"
+        if config_env and not os.path.exists(config_env):
+            where = f"MSC_CONFIG names {config_env}, which does not exist"
             where += f"; MSC read {path}" if path else ", and none is in MSC's default places"
         else:
             where = path or "none was found: set MSC_CONFIG to its path"
