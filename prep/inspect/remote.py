@@ -136,6 +136,7 @@ def _mirror(store: ObjectStore, root: Path, fill: str, listed: list[ObjectInfo] 
         raise PrepError(
             f"{store.where()} is not a prepared dataset: it has no {META_DIR}/ objects. Prepare it first with"
             f" `shardprep prepare {shlex.quote(str(store.address))}`."
+            + ("" if objects else store.in_other_unicode_form())
         )
     (root / META_DIR).mkdir(parents=True)
     for name in meta:  # .info.json (or the legacy .info.yaml) first: it names the shards

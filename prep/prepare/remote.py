@@ -296,6 +296,7 @@ class BucketShards:
             raise PrepError(
                 f"No shards found under {self.store.where()}{excluded}: prepare looks for *.tar and *.tgz"
                 " objects below it, skipping hidden ones. Point it at the prefix that holds the shards."
+                + ("" if self.objects else self.store.in_other_unicode_form())
             )
         return shards
 

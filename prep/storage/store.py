@@ -21,6 +21,7 @@ import copy
 import os
 import threading
 import time
+import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -281,6 +282,26 @@ class ObjectStore:
     def _list_page(self, arguments: dict) -> dict:
         self._count(0)
         return self.client.list_objects_v2(**arguments)
+
+    def _anything_below(self) -> bool:
+        """Whether any object is below the dataset address (one request)."""
+        arguments = {"Bucket": self.bucket, "Prefix": self._prefix(), "MaxKeys": 1}
+        page = self._call(f"list the objects of {self.address}", lambda: self._list_page(arguments))
+        return bool(page.get("Contents"))
+
+    def in_other_unicode_form(self) -> str:
+        """For an address below which nothing was found: a sentence naming the address that looks the same
+        in the other Unicode normal form, where objects are below that one (a name typed or pasted on
+        macOS is NFD, one written by most tools NFC, and keys are bytes); else "". A request per form."""
+        for form in ("NFC", "NFD"):
+            other = copy.copy(self)
+            other.address = replace(self.address, prefix=unicodedata.normalize(form, self.address.prefix))
+            if other.address != self.address and other._anything_below():
+                return (
+                    f" Objects are below {other.address}, which looks the same but writes its characters in"
+                    f" Unicode's {form} form: give the address as the bucket writes it."
+                )
+        return ""
 
     def incomplete_uploads(self) -> list[IncompleteUpload]:
         """The multipart uploads below the dataset address that were begun and neither completed nor

@@ -260,6 +260,20 @@ def test_no_shards_under_an_msc_profile_names_the_keys_it_stands_for(s3, tmp_pat
     assert "No shards found under msc://based/ (bucket based, keys beginning '/ds/')" in result.stderr
 
 
+def test_an_address_in_another_unicode_form_than_the_buckets_keys_is_named_so(s3, tmp_path):
+    """`café` pasted from macOS is NFD (`e` and a combining accent), the bucket's keys NFC (`é`): S3 keys
+    are bytes, so nothing is below the one address, and the other looks the same."""
+    s3.make_bucket("unicode")
+    shard = write_tarfile(tmp_path / "a.tar", sample_members("a", 2))
+    s3.client().put_object(Bucket="unicode", Key="caf\u00e9/a.tar", Body=shard.read_bytes())
+    result = run_shardprep("prepare", "s3://unicode/cafe\u0301", *FLAGS)
+    assert result.returncode == 1
+    assert (
+        "Objects are below s3://unicode/caf\u00e9, which looks the same but writes its characters in Unicode's NFC form"
+        in result.stderr
+    )
+
+
 def test_a_prepared_bucket_dataset_is_kept_unless_forced_and_tar_index_only_keeps_its_split(
     s3, bucket_dataset
 ):
