@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prep.errors import PrepError
+from prep.index.epath import resolved_parts
 from prep.index.format import DATASET_YAML, META_DIR, METADATASET_YAML, SPLIT_YAML
 
 #: A reference with a scheme (`msc://`, `s3://`, `filesystem://`, `filesystem+s3://`).
@@ -165,12 +166,16 @@ def _resolve(metadataset: Path, written: str, mirror: Path | None) -> Path | Non
 
 
 def in_mirror(mirror: Path, scheme: str, rest: str) -> Path:
-    """Where `scheme://rest` (`rest`: bucket or profile, then key) is in a local `mirror` of object storage.
+    """Where `scheme://rest` (`rest`: bucket or profile, then key) is in a local `mirror` of object storage:
+    its key read as energon reads it (`prep.index.epath`: `x/../set` is `set`, whether or not `x` is
+    there); one climbing above its bucket as written, which is nowhere energon reads.
 
-    >>> in_mirror(Path("/m"), "s3", "bucket/data/set")
-    PosixPath('/m/s3/bucket/data/set')
+    >>> in_mirror(Path("/m"), "s3", "bucket/data/set"), in_mirror(Path("/m"), "msc", "p/x/../set")
+    (PosixPath('/m/s3/bucket/data/set'), PosixPath('/m/msc/p/set'))
     """
-    return mirror / scheme / rest
+    authority, _, path = rest.partition("/")
+    parts = resolved_parts(path)
+    return mirror / scheme / rest if parts is None else mirror.joinpath(scheme, authority, *parts)
 
 
 def _aux(metadataset: Path, aux: dict, mirror: Path | None) -> tuple[AuxReference, ...]:

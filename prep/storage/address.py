@@ -1,8 +1,8 @@
 """Remote dataset addresses: `s3://bucket/prefix` and `msc://profile/prefix`; anything else is a local path.
 
-An address's path is read as energon's loader reads it (its `EPath`): empty and `.` parts are dropped and
-`..` takes back the part before it, so an address names the objects energon reads there, and a write never
-makes keys with such parts (`s3://b/x/../out` is `s3://b/out`).
+An address's path is read as energon's loader reads it (`prep.index.epath`), so an address names the
+objects energon reads there, and a write never makes keys with empty, `.` or `..` parts
+(`s3://b/x/../out` is `s3://b/out`).
 
 >>> parse_address("s3://bucket/data/set/")
 ObjectAddress(scheme='s3', authority='bucket', prefix='data/set')
@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prep.errors import PrepError
+from prep.index.epath import resolved_parts
 
 #: The schemes a dataset address may have besides a plain path.
 SCHEMES = ("s3", "msc")
@@ -81,17 +82,12 @@ def parse_address(text: str) -> ObjectAddress | None:
             f"{text}: {authority!r} is not a bucket name (letters, digits, '.', '-' and '_'): write the"
             f" address as s3://BUCKET/PATH.{_misplaced(authority)}"
         )
-    parts: list[str] = []
-    for part in path.split("/"):
-        if part == "..":
-            if not parts:
-                raise PrepError(
-                    f"{text} climbs above the top of its {what} ('..'), which energon's loader refuses:"
-                    f" write it as {scheme}://{what.upper()}/PATH without it."
-                )
-            parts.pop()
-        elif part not in ("", "."):
-            parts.append(part)
+    parts = resolved_parts(path)
+    if parts is None:
+        raise PrepError(
+            f"{text} climbs above the top of its {what} ('..'), which energon's loader refuses: write it as"
+            f" {scheme}://{what.upper()}/PATH without it."
+        )
     return ObjectAddress(scheme, authority, "/".join(parts))
 
 
@@ -122,7 +118,7 @@ def is_plain_name(name: str) -> bool:
     >>> [is_plain_name(name) for name in ("a/b.tar", "/b.tar", "a//b.tar", "a/../b.tar", "a/")]
     [True, False, False, False, False]
     """
-    return all(part not in ("", ".", "..") for part in name.split("/"))
+    return resolved_parts(name) == name.split("/")
 
 
 def enclosing_folders(names: Iterable[str]) -> dict[str, str]:

@@ -326,6 +326,21 @@ def test_verify_of_a_bucket_metadataset_verifies_the_datasets_it_names_by_addres
     ]
 
 
+def test_a_metadataset_naming_a_dataset_by_an_address_with_dot_dot_is_verified_where_energon_reads_it(
+    s3, prepared, tmp_path, monkeypatch
+):
+    """energon reads `msc://p/x/../ds` as `msc://p/ds`, whether or not anything is below `x`; the mirror
+    had it as a path through a folder `x` that is not there, and verify called the dataset missing."""
+    _, address = prepared
+    bucket = parse_address(address).authority
+    monkeypatch.setenv("MSC_CONFIG", str(s3.msc_config(tmp_path / "msc.yaml", "dotted", bucket)))
+    yaml = METADATASET_NAMING + "msc://dotted/nothing/../ds\n"
+    s3.client().put_object(Bucket=bucket, Key="m/metadataset.yaml", Body=yaml.encode())
+    report = verify_remote(f"s3://{bucket}/m")
+    assert report.healthy, report.problems
+    assert report.shards == verify_remote(address).shards
+
+
 def test_a_bucket_metadataset_naming_what_cannot_be_read_or_opened_says_so(s3, tmp_path, monkeypatch):
     """An address the credentials cannot read is a problem naming it and why; one whose MSC profile verify
     cannot open is a warning that it was not checked; neither is passed over in silence."""
