@@ -31,8 +31,8 @@ The stages, around the local prepare (`prep.prepare.run.prepare`) it reuses as i
    (the file energon's loader looks for to call a dataset prepared) last, so a reader never sees a
    half-written index; over an index already there, its `.info.json` is withdrawn first, so a failure
    in the upload leaves a dataset energon calls not prepared, never a mixed one. Where the bucket holds
-   no index, each `.tar.idx` goes up as soon as its shard's rows are in (`BucketShards.indexed`), beside
-   the scan, `index.sqlite` and the rest, and a run that fails before its upload deletes them again (with
+   no index, the `.tar.idx` files go up as soon as every shard is indexed (`BucketShards.indexed`),
+   beside `index.sqlite` and the rest, and a run that fails before its upload deletes them again (with
    any an earlier failed run had left under their names): a failure before the upload leaves none of
    the run's files in the bucket. Before any of it goes up, the multipart uploads an earlier run killed
    mid-upload left for these files are aborted (`prep.storage.upload.abort_earlier_uploads`, from a
@@ -343,26 +343,25 @@ class BucketShards:
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         return self.store.read(shard, offset, size)
 
-    def indexed(self, name: str, path: Path) -> None:
-        """Send a shard's `.tar.idx` up as soon as it is written, beside the scan and the rest of the index,
-        where the bucket holds no prepared dataset (`upload_early`; a run that fails withdraws them). It
-        goes from a hard link in `early_folder`, since the staged file is renamed when the index is
-        committed; without links (another file system), the files go up at the end."""
+    def indexed(self, tar_indexes: dict[str, Path]) -> None:
+        """Begin uploading the `.tar.idx` files, beside the rest of the index, where the bucket holds no
+        prepared dataset (`upload_early`); they are read from hard links in `early_folder`, since the staged
+        files are renamed when the index is committed. Without links (another file system), they go up at
+        the end."""
         if self.early_folder is None:
             return
-        if self.early is None:
-            self.early = upload_early(self.store, self.objects)
-            if self.early is None:  # an old index is there: its files are replaced after its markers go
-                self.early_folder = None
-                return
-        link = self.early_folder / local_path(name)
+        links = {}
         try:
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.link(path, link)
+            for name, staged in tar_indexes.items():
+                links[name] = self.early_folder / local_path(name)
+                links[name].parent.mkdir(parents=True, exist_ok=True)
+                os.link(staged, links[name])
         except OSError:
-            self.early_folder = None  # this one and the rest go up at the end, with the index
             return
-        self.early.send(name, link)
+        self.early = upload_early(self.store, self.objects)
+        if self.early is not None:
+            for name, link in links.items():
+                self.early.send(name, link)
 
     def media_reads(self, shards: list[str]) -> ShardReads:
         return bucket_media_reads(

@@ -138,10 +138,10 @@ class ShardSource(Protocol):
     def media_reads(self, shards: list[str]) -> ShardReads:
         """How the media stage (`--media-metadata-by-*`) reads the parts of `shards`."""
 
-    def indexed(self, name: str, path: Path) -> None:
-        """One more shard's rows are in the index, and no shard so far had a problem: its `.tar.idx`, `name`
-        in the dataset, is the staged file `path` (renamed when the index is committed). Called as the
-        shards come in, before the rest of the index is written; a later shard may still fail the run."""
+    def indexed(self, tar_indexes: dict[str, Path]) -> None:
+        """Every shard was indexed without a problem: `tar_indexes` gives each `.tar.idx` (its name in the
+        dataset: the staged file, renamed when the index is committed). Called before the rest of the
+        index is written and committed."""
 
     def index_growth(self, path: Path) -> IndexGrowth | None:
         """What to tell how far the `index.sqlite` being written at `path` (the staged file) is final, if
@@ -665,14 +665,14 @@ def _insert_rows(
             if failed or errors:
                 continue  # keep scanning to report every bad shard, but stop building
             assert isinstance(result, ShardRows)
-            if staged.source is not None:  # (a bucket's source may send the `.tar.idx` up from here on)
-                staged.source.indexed(tar_index_name(result.shard), Path(tar_indexes[done - 1]))
             if len(part_names) < MAX_PART_NAMES:
                 part_names.update(result.distinct_part_names())
             if result.tar_file_id == 0:
                 staged.first_samples = result.first_samples(PREVIEW_SAMPLES)
         if errors:
             raise errors_report(errors, "problems; nothing was written and the previous index is untouched:")
+        if staged.source is not None:  # (a bucket's source uploads the `.tar.idx` files from here on)
+            staged.source.indexed(dict(zip(map(tar_index_name, shards), tar_indexes, strict=True)))
         writer.finish()
     staged.part_names = sorted(part_names)
     if staged.file_mode is not None:

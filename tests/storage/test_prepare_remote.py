@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tarfile
-import time
 import warnings
 
 import pytest
@@ -149,7 +148,7 @@ class InterruptedAtDatasetYaml(Unattended):
 
 
 def test_a_run_stopped_after_indexing_leaves_the_bucket_as_it_was(s3, tmp_path):
-    """The `.tar.idx` files go up as the shards are indexed, where the bucket holds no index: a run
+    """The `.tar.idx` files go up once every shard is indexed, where the bucket holds no index: a run
     stopped after that deletes them again. Over a prepared dataset they wait for the upload, so its old
     `.tar.idx` files are untouched until its markers are withdrawn."""
     source = tmp_path / "src"
@@ -178,42 +177,6 @@ def test_a_run_stopped_after_indexing_leaves_the_bucket_as_it_was(s3, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         prepare_remote("s3://stopped/ds", options, InterruptedAtDatasetYaml(options))
     assert index_objects() == before
-
-
-def test_each_tar_idx_goes_up_as_its_shard_is_indexed_and_a_failed_run_takes_them_back(s3, tmp_path):
-    """Where the bucket holds no index, a shard's `.tar.idx` is sent up as soon as its rows are in, while
-    the next shards are scanned: by the time the last shard comes in, the others' are in the bucket. A
-    run that then fails on that shard deletes them again."""
-    source = tmp_path / "src"
-    for shard in range(6):
-        write_tarfile(source / f"s-{shard}.tar", sample_members(f"s{shard}-", 20))
-    s3.make_bucket("streamed")
-    s3.upload_folder(source, "streamed", "good")
-    (source / "s-5.tar").write_bytes((source / "s-5.tar").read_bytes()[:3000])
-    s3.upload_folder(source, "streamed", "bad")
-    options = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset")
-
-    def offsets_up(prefix: str) -> list[str]:
-        return sorted(key for key in s3.keys("streamed", prefix + "/") if key.endswith(".tar.idx"))
-
-    for prefix in ("good", "bad"):
-        seen = []
-
-        def progress(state, prefix=prefix, seen=seen):
-            if state.done == state.total:  # the last shard; each earlier one's `.tar.idx` was sent
-                deadline = time.monotonic() + 10
-                while len(offsets_up(prefix)) < state.total - 1 and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                seen.append(offsets_up(prefix))
-
-        if prefix == "good":
-            prepare_remote(f"s3://streamed/{prefix}", options, progress=progress)
-            assert len(offsets_up(prefix)) == 6
-        else:
-            with pytest.raises(PrepError, match="s-5.tar"):
-                prepare_remote(f"s3://streamed/{prefix}", options, progress=progress)
-            assert offsets_up(prefix) == [], "a failed run left .tar.idx files in the bucket"
-        assert seen == [[f"{prefix}/s-{n}.tar.idx" for n in range(5)]]
 
 
 def test_shard_errors_name_the_shard_and_offset_as_locally(s3, tmp_path):
