@@ -42,20 +42,26 @@ def bucket_dataset(s3, tmp_path):
     return local, bucket
 
 
+def assert_as_local(s3, bucket, local, tmp_path) -> None:
+    """The dataset prepared under s3://BUCKET/ds, downloaded, equals a local prepare of its shards `local`,
+    and its `.nv-meta` holds the same files."""
+    fetched = tmp_path / "fetched"
+    s3.download_prefix(bucket, "ds", fetched)
+    ours = twin(local, "reference")
+    run_shardprep("prepare", str(ours), *FLAGS, check=True)
+    assert prepared_outputs(fetched) == prepared_outputs(ours)
+    assert sorted(path.name for path in (fetched / META_DIR).iterdir()) == sorted(
+        path.name for path in (ours / META_DIR).iterdir()
+    )
+
+
 def test_bucket_prepare_writes_what_a_local_prepare_writes(s3, bucket_dataset, tmp_path):
     local, bucket = bucket_dataset
     result = run_shardprep("prepare", f"s3://{bucket}/ds", *FLAGS, "--tmp-path", str(tmp_path / "scratch"))
     assert result.returncode == 0, result.stderr
     assert "Done: indexed" in result.stdout
     assert not list((tmp_path / "scratch").iterdir()), "the scratch folder was not cleaned up"
-    fetched = tmp_path / "fetched"
-    s3.download_prefix(bucket, "ds", fetched)
-    ours = twin(local, "reference")
-    run_shardprep("prepare", str(ours), *FLAGS, check=True)
-    assert prepared_outputs(fetched) == prepared_outputs(ours)
-    assert sorted(p.name for p in (fetched / ".nv-meta").iterdir()) == sorted(
-        p.name for p in (ours / ".nv-meta").iterdir()
-    )
+    assert_as_local(s3, bucket, local, tmp_path)
 
 
 def test_a_bucket_prepare_describes_media_as_a_local_prepare_does(s3, tmp_path):
@@ -288,11 +294,7 @@ def test_worker_processes_write_what_a_local_prepare_writes(s3, bucket_dataset, 
     local, bucket = bucket_dataset
     counts = prepare_remote(f"s3://{bucket}/ds", in_workers)
     assert counts is not None
-    fetched = tmp_path / "fetched"
-    s3.download_prefix(bucket, "ds", fetched)
-    ours = twin(local, "reference")
-    run_shardprep("prepare", str(ours), *FLAGS, check=True)
-    assert prepared_outputs(fetched) == prepared_outputs(ours)
+    assert_as_local(s3, bucket, local, tmp_path)
 
 
 def test_a_bad_shard_in_a_worker_is_named_as_locally(s3, in_workers, tmp_path):
@@ -329,11 +331,7 @@ def test_ray_tasks_scan_a_bucket_into_what_a_local_prepare_writes(s3, bucket_dat
     assert counts is not None
     # This process probed the first shard and sent the index up; the shards were read by Ray's workers.
     assert store.bytes_read < shards / 10, f"{store.bytes_read:,} of {shards:,} bytes read by the driver"
-    fetched = tmp_path / "fetched"
-    s3.download_prefix(bucket, "ds", fetched)
-    ours = twin(local, "reference")
-    run_shardprep("prepare", str(ours), *FLAGS, check=True)
-    assert prepared_outputs(fetched) == prepared_outputs(ours)
+    assert_as_local(s3, bucket, local, tmp_path)
 
 
 def test_a_bad_shard_scanned_by_ray_is_named_as_locally(s3, ray_cluster, tmp_path):
