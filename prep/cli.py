@@ -23,7 +23,7 @@ from prep import __version__
 from prep.engines import ENGINES, LOCAL
 from prep.errors import PrepError
 from prep.progress import time_left
-from prep.storage.address import is_remote, misspelt_address
+from prep.storage.address import is_remote, misspelt_address, without_credentials
 
 # name -> "module:attribute" of a click command. Commands register here, one line each.
 COMMANDS: dict[str, str] = {
@@ -94,7 +94,8 @@ class DatasetLocation(click.ParamType):
         meant = misspelt_address(str(value))
         if meant is not None and not os.path.lexists(str(value)):  # (a folder `S3:` that is there is one)
             self.fail(
-                f"{value} is a local path as written, and not there: write the address as {meant}.",
+                f"{without_credentials(str(value))} is a local path as written, and not there: write the"
+                f" address as {without_credentials(meant)}.",
                 param,
                 ctx,
             )

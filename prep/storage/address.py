@@ -27,6 +27,8 @@ from prep.index.epath import resolved_parts
 SCHEMES = ("s3", "msc")
 #: A bucket name as botocore takes it (besides an access point's ARN, `arn:...`).
 _BUCKET_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,255}")
+#: Credentials written into an address, `KEY:SECRET@` after its scheme (a secret key may hold `/`).
+_CREDENTIALS = re.compile(r"^([A-Za-z0-9]+:/+)[^/@:]*:[^@]*@")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ def misspelt_address(text: str) -> str | None:
 
 def parse_address(text: str) -> ObjectAddress | None:
     """The address `text` names, or None for a local path; a PrepError for a remote one without a bucket
-    (or profile), with a bucket name S3 does not take, or with a path that climbs above its top."""
+    (or profile), with a bucket name S3 does not take, with credentials in it (masked in the message), or
+    with a path that climbs above its top."""
     if not is_remote(text):
         return None
     scheme, _, rest = text.partition("://")
@@ -77,10 +80,13 @@ def parse_address(text: str) -> ObjectAddress | None:
     what = "bucket" if scheme == "s3" else "profile"
     if not authority:
         raise PrepError(f"{text} names no {what}: write it as {scheme}://{what.upper()}/PATH.")
-    if scheme == "s3" and not is_bucket_name(authority):
+    shown = without_credentials(text)
+    if scheme == "s3" and not is_bucket_name(authority) or shown != text:
+        authority = shown.partition("://")[2].partition("/")[0]  # (a secret's `/` cut it short)
+        rule = " (letters, digits, '.', '-' and '_')" if scheme == "s3" else ""
         raise PrepError(
-            f"{text}: {authority!r} is not a bucket name (letters, digits, '.', '-' and '_'): write the"
-            f" address as s3://BUCKET/PATH.{_misplaced(authority)}"
+            f"{shown}: {authority!r} is not a {what} name{rule}: write the address as"
+            f" {scheme}://{what.upper()}/PATH.{_misplaced(authority, scheme)}"
         )
     parts = resolved_parts(path)
     if parts is None:
@@ -100,10 +106,22 @@ def is_bucket_name(text: str) -> bool:
     return bool(_BUCKET_NAME.fullmatch(text)) or text.startswith("arn:")
 
 
-def _misplaced(authority: str) -> str:
-    """What of an address's bucket part belongs elsewhere, in a sentence: credentials (`KEY:SECRET@bucket`)
-    or an endpoint's port (`host:9000`)."""
+def without_credentials(text: str) -> str:
+    """`text`, an address as written, with the credentials written into it masked, for a message (the
+    user's terminal and logs keep it).
+
+    >>> without_credentials("s3://AKIA:wJalr/K7MD+bPx@bucket/ds"), without_credentials("s3://b/k:v@w")
+    ('s3://***@bucket/ds', 's3://b/k:v@w')
+    """
+    return _CREDENTIALS.sub(r"\1***@", text, count=1)
+
+
+def _misplaced(authority: str, scheme: str) -> str:
+    """What of an address's bucket (or profile) part belongs elsewhere, in a sentence: credentials
+    (`KEY:SECRET@bucket`, masked) or an endpoint's port (`host:9000`)."""
     if "@" in authority:
+        if scheme == "msc":
+            return " Credentials go in the profile's credentials_provider, not in the address."
         return " Credentials go in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, not in the address."
     if ":" in authority:
         return " An endpoint (host:port) goes in AWS_ENDPOINT_URL, not in the address."

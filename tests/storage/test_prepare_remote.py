@@ -531,6 +531,22 @@ def test_an_endpoint_or_credentials_in_the_bucket_part_of_an_address_are_named_a
         assert saying in result.stderr and "regex" not in result.stderr, result.stderr
 
 
+def test_credentials_written_into_an_address_are_not_echoed_back(s3):
+    """A secret key in an address (one with a `/` in it too, as AWS secrets may have) is masked in the
+    error, whatever the command, scheme or misspelling; the user's terminal and logs keep that text."""
+    secret = "wJalrXUtn/K7MDENG+bPxRfiCY"
+    for args in [
+        ("prepare", f"s3://AKIAEXAMPLE:{secret}@bucket/ds", *FLAGS),
+        ("info", f"S3://AKIAEXAMPLE:{secret}@bucket/ds"),
+        ("verify", f"msc://AKIAEXAMPLE:{secret}@profile/ds"),
+    ]:
+        result = run_shardprep(*args)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        assert "***@" in result.stderr, result.stderr
+        for part in secret.split("/"):
+            assert part not in result.stderr + result.stdout, result.stderr
+
+
 def test_a_dataset_yaml_in_a_sub_folder_of_nv_meta_goes_up_and_is_read_back(s3, tmp_path):
     """`--dataset-yaml-name configs/x.yaml` writes into a sub-folder of `.nv-meta`: it is uploaded with the
     rest (only the files at the top went up), and verify of the bucket dataset reads it."""
