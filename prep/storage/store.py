@@ -729,6 +729,13 @@ def open_store(address: ObjectAddress, **options: Any) -> ObjectStore:
     return ObjectStore(address, spec, bucket, base, endpoint=endpoint, **options)
 
 
+def _schema_problem(error: Any) -> str:
+    """jsonschema's `error` about an MSC config, with the value it quotes named by its place instead
+    (`profiles/p/credentials_provider is not of type 'object'`): that value may be a secret key."""
+    place = "/".join(str(part) for part in error.absolute_path) or "the config"
+    return str(error.message).replace(repr(error.instance), place)
+
+
 def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str, str]]:
     """(bucket, base prefix, endpoint, region, client credentials) of the MSC profile `name`."""
     try:
@@ -743,7 +750,7 @@ def _msc_profile(name: str) -> tuple[str, str, str | None, str | None, dict[str,
     except Exception as error:  # MSC's: a ValueError (not YAML or JSON), RuntimeError (not its schema), ...
         # a RuntimeError's arguments are a text and jsonschema's error, whose message says what is wrong
         cause = error.args[-1] if isinstance(error, RuntimeError) and error.args else error
-        detail = str(getattr(cause, "message", cause))
+        detail = _schema_problem(cause) if hasattr(cause, "message") else str(cause)
         if config_env and config_env not in detail:
             detail = f"{config_env}: {detail}"
         raise PrepError(

@@ -106,6 +106,22 @@ def test_an_msc_config_that_cannot_be_read_or_is_not_there_is_named_with_what_to
         open_store(parse_address("msc://prof/ds"))
 
 
+def test_an_msc_config_not_of_msc_shape_names_the_place_not_the_value_there(tmp_path, monkeypatch):
+    """jsonschema's message quotes the value it refuses, which in a credentials_provider is a secret key:
+    the error names where the value is instead."""
+    pytest.importorskip("multistorageclient")
+    config = tmp_path / "msc.yaml"
+    config.write_text(
+        "profiles:\n  prof:\n    storage_provider: {type: s3, options: {base_path: bucket/ds}}\n"
+        "    credentials_provider: [AKIAEXAMPLE, wJalrXUtnFEMI]\n"
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+    with pytest.raises(PrepError, match="msc://prof/: the MSC config cannot be read") as raised:
+        open_store(parse_address("msc://prof/ds"))
+    assert "profiles/prof/credentials_provider is not of type 'object'" in str(raised.value)
+    assert "wJalrXUtnFEMI" not in str(raised.value)
+
+
 def test_a_profile_whose_base_path_is_an_address_is_refused_saying_what_to_write(s3, tmp_path, monkeypatch):
     config = s3.msc_config(tmp_path / "msc.yaml", "prof", "s3://bucket/ds")
     monkeypatch.setenv("MSC_CONFIG", str(config))
