@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import shlex
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +56,7 @@ from prep.inspect.verify import (
 )
 from prep.storage.address import SCHEMES, ObjectAddress, enclosing_folders, is_plain_name, require_address
 from prep.storage.ranged import MAX_WINDOW, RangedObject
-from prep.storage.scratch import scratch_folder
+from prep.storage.scratch import named_by_address, scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, StorageError, open_store
 from prep.tar.fields import BLOCK
 from prep.tar.scan import RangedHeaderWalker
@@ -66,8 +65,6 @@ from prep.tar.scan import RangedHeaderWalker
 MIRROR_THREADS = 8
 #: How the local mirror's shards are filled: "none" (sizes only), "headers", or "whole".
 FILLS = ("none", "headers", "whole")
-#: A command a message tells the user to run.
-_COMMAND = re.compile(r"`shardprep [^`]*`")
 
 
 class RemoteDataset(PreparedDataset):
@@ -107,21 +104,13 @@ def remote_mirror(
         except PrepError as error:  # named by the address, not the mirror (gone when the user reads it)
             if str(root) not in str(error):
                 raise
-            raise PrepError(_named_by_address(str(error), root, store.address)) from None
-
-
-def _named_by_address(text: str, mirror: str | Path, address: object) -> str:
-    """`text` with the local mirror (gone when the user reads it) named by the address it stands for, in
-    a command the user is told to run quoted as a shell needs it (`shardprep prepare 's3://b/my data'`)."""
-    mirror, address = str(mirror), str(address)
-    text = _COMMAND.sub(lambda command: command.group().replace(mirror, shlex.quote(address)), text)
-    return text.replace(mirror, address)
+            raise PrepError(named_by_address(str(error), root, store.address)) from None
 
 
 def _named_by_addresses(text: str, addresses: dict[str, str]) -> str:
     """`text` with each of the mirror's folders (`addresses`' keys) named by the address it stands for."""
     for mirror, address in addresses.items():
-        text = _named_by_address(text, mirror, address)
+        text = named_by_address(text, mirror, address)
     return text
 
 

@@ -34,7 +34,7 @@ from prep.media.filter import MediaFilter
 from prep.prepare.media import REMAKE_FOLDER_INDEX, PreparedMedia, no_media_files, object_media_files
 from prep.prepare.remote import bucket_file_reads, bucket_media_reads
 from prep.storage.address import ObjectAddress, require_address
-from prep.storage.scratch import scratch_folder
+from prep.storage.scratch import named_by_address, scratch_folder
 from prep.storage.store import ObjectInfo, ObjectStore, StorageError, open_store
 from prep.storage.upload import Note, abort_earlier_uploads, earlier_uploads, unheard
 
@@ -76,7 +76,7 @@ def prepare_media_remote(
         except PrepError as error:  # named by the address, not the folder (gone when the user reads it)
             if str(root) not in str(error):
                 raise
-            raise PrepError(str(error).replace(str(root), str(address))) from None
+            raise PrepError(named_by_address(str(error), root, address)) from None
         abort_earlier_uploads(store, earlier_uploads(store, note), [INDEX_NAME], note)
         try:
             store.upload_file(INDEX_NAME, index)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +27,8 @@ from prep.storage.address import ObjectAddress
 PREFIX = "shardprep-"
 #: The file whose lock says a scratch folder's run is alive.
 SCRATCH_LOCK = ".scratch.lock"
+#: A command a message tells the user to run.
+_COMMAND = re.compile(r"`shardprep [^`]*`")
 
 
 @contextmanager
@@ -57,6 +61,18 @@ def scratch_folder(tmp_path: str | Path | None, what: str) -> Iterator[Path]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         os.close(lock)
+
+
+def named_by_address(text: str, folder: str | Path, address: object) -> str:
+    """`text`, a message, with the local `folder` (gone when the user reads it) named by the address it
+    stands for, in a command the user is told to run quoted as a shell needs it.
+
+    >>> named_by_address("/t/x/a.tar is bad: run `shardprep prepare /t/x`.", "/t/x", "s3://b/my data")
+    "s3://b/my data/a.tar is bad: run `shardprep prepare 's3://b/my data'`."
+    """
+    folder, address = str(folder), str(address)
+    text = _COMMAND.sub(lambda command: command.group().replace(folder, shlex.quote(address)), text)
+    return text.replace(folder, address)
 
 
 def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None, what: str = "resume") -> Path:

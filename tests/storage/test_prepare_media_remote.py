@@ -24,7 +24,7 @@ from prep.storage.address import parse_address
 from prep.storage.store import RetryPolicy, StorageError, open_store
 from tests.prepare.test_media_matches_energon import media_dataset
 from tests.prepare.test_prepare_media import same_media_tables
-from tests.support.damaged_index import described_by_extension, zero_leaf_pages
+from tests.support.damaged_index import dataset_with_damaged_index, described_by_extension, zero_leaf_pages
 from tests.support.media import assert_same_media_index, images, wav
 from tests.support.prepare import run_shardprep, twin
 from tests.support.s3 import Outage
@@ -310,3 +310,19 @@ def test_the_command_a_reprepare_gives_for_lost_media_runs(s3, tmp_path):
     fetched = tmp_path / "fetched"
     s3.download_prefix(bucket, "ds", fetched)
     assert_same_media_index(fetched, ours)
+
+
+def test_a_command_the_error_of_a_damaged_index_gives_is_quoted_for_the_shell(s3, tmp_path):
+    # The scratch folder in the error was replaced by the address as it is: pasted, `shardprep
+    # prepare-media s3://b/my data ...` described s3://b/my.
+    local, bucket = dataset_with_damaged_index(tmp_path / "local", "sample_parts"), bucket_name(tmp_path)
+    described_by_extension(local / INDEX)
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "my data")
+    result = run_shardprep("prepare-media", f"s3://{bucket}/my data", "--media-metadata-by-extension")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"Error: s3://{bucket}/my data/{INDEX} cannot be read" in result.stderr
+    assert (
+        f"run `shardprep prepare-media 's3://{bucket}/my data' --media-metadata-by-extension`"
+        in result.stderr
+    )
