@@ -129,8 +129,8 @@ def _nothing_to_describe(store: ObjectStore, objects: dict[str, ObjectInfo], med
     address = store.address
     if not objects:
         return PrepError(
-            f"Nothing is stored below {address}: give the address of a dataset, the folder that holds its"
-            f" shards and {META_DIR}/ (or the media files of a folder dataset)."
+            f"Nothing is stored below {store.where()}: give the address of a dataset, the folder that holds"
+            f" its shards and {META_DIR}/ (or the media files of a folder dataset).{store.in_other_unicode_form()}"
         )
     if any(name.endswith(SHARD_SUFFIXES) for name in objects):
         return PrepError(

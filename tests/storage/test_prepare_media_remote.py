@@ -249,6 +249,16 @@ def test_a_bucket_dataset_not_prepared_is_named_with_what_to_run(s3, tmp_path):
     assert s3.keys(bucket) == sorted([*(f"shards/{p.name}" for p in local.glob("*.tar")), "texts/a.txt"])
 
 
+def test_an_address_in_another_unicode_form_than_the_buckets_keys_is_named_so(s3, tmp_path):
+    # As prepare's and info's errors name it: `café` pasted from macOS (NFD) finds nothing below it.
+    bucket = bucket_name(tmp_path)
+    s3.make_bucket(bucket)
+    s3.client().put_object(Bucket=bucket, Key="caf\u00e9/a.png", Body=images()["rgb33.png"])
+    result = run_shardprep("prepare-media", f"s3://{bucket}/cafe\u0301", "--media-metadata-by-extension")
+    assert result.returncode == 1 and f"Nothing is stored below s3://{bucket}/cafe\u0301" in result.stderr
+    assert f"Objects are below s3://{bucket}/caf\u00e9, which looks the same" in result.stderr
+
+
 def media_folder(root: Path) -> Path:
     """Images in the folder, a sub-folder and a hidden one, a WAV, and a text file."""
     for number, (name, data) in enumerate(sorted(images().items())):
