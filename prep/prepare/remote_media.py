@@ -23,6 +23,7 @@ Nothing locks the bucket: a prepare of the same dataset while this runs is the u
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from prep.errors import PrepError
@@ -60,7 +61,9 @@ def prepare_media_remote(
     markers = [f"{META_DIR}/{name}" for name in (INFO_JSON, INFO_YAML) if f"{META_DIR}/{name}" in objects]
     files: list[tuple[str, int]] = []
     if markers and INDEX_NAME not in objects:
-        raise PrepError(f"{store.url(INDEX_NAME)} is missing. Run `shardprep prepare {address}` first.")
+        raise PrepError(
+            f"{store.url(INDEX_NAME)} is missing. Run `shardprep prepare {shlex.quote(str(address))}` first."
+        )
     if not markers:
         files = object_media_files([(info.name, info.size) for info in objects.values()], media)
         if not files:
@@ -135,6 +138,6 @@ def _nothing_to_describe(store: ObjectStore, objects: dict[str, ObjectInfo], med
     if any(name.endswith(SHARD_SUFFIXES) for name in objects):
         return PrepError(
             f"{address} is not a prepared dataset: it has no {META_DIR}/{INFO_JSON}. Prepare it and describe"
-            f" its media in one run with `shardprep prepare {address} {media.option}`."
+            f" its media in one run with `shardprep prepare {shlex.quote(str(address))} {media.option}`."
         )
     return no_media_files(address, media)

@@ -259,6 +259,18 @@ def test_an_address_in_another_unicode_form_than_the_buckets_keys_is_named_so(s3
     assert f"Objects are below s3://{bucket}/caf\u00e9, which looks the same" in result.stderr
 
 
+def test_the_prepare_command_for_shards_not_prepared_quotes_the_address_for_the_shell(s3, tmp_path):
+    local, bucket = media_dataset(tmp_path / "local", shards=1), bucket_name(tmp_path)
+    s3.make_bucket(bucket)
+    s3.upload_folder(local, bucket, "my shards")
+    result = run_shardprep("prepare-media", f"s3://{bucket}/my shards", "--media-metadata-by-extension")
+    assert result.returncode == 1
+    command = result.stderr.split("`")[1]  # pasted as it is given
+    assert shlex.split(command) == [
+        "shardprep", "prepare", f"s3://{bucket}/my shards", "--media-metadata-by-extension"
+    ]  # fmt: skip
+
+
 def media_folder(root: Path) -> Path:
     """Images in the folder, a sub-folder and a hidden one, a WAV, and a text file."""
     for number, (name, data) in enumerate(sorted(images().items())):
