@@ -97,6 +97,8 @@ def describe_shard_media(path: str, shard: str, parts: Parts, media: MediaFilter
 #: sequence whose items are made as they are asked for, in the calling thread) are taken a few ahead, and
 #: closing the generator ends the work (no task goes on in the background).
 RunTasks = Callable[[Callable[..., Any], Sequence[tuple], int], Generator[Any]]
+#: The default `run`: in `workers` worker processes (`prep.processes.ordered_map`).
+_IN_PROCESSES: RunTasks = functools.partial(ordered_map, what="reading media headers")
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class ShardReads:
 
     places: Sequence[object]
     describe: Callable[..., ShardMedia | ShardError] = describe_shard_media
-    run: RunTasks = functools.partial(ordered_map, what="reading media headers")
+    run: RunTasks = _IN_PROCESSES
 
 
 def shard_files(paths: Sequence[Path]) -> ShardReads:
@@ -236,7 +238,7 @@ class FileReads:
 
     place: object
     describe: Callable[..., FilesMedia | PrepError] = describe_files
-    run: RunTasks = functools.partial(ordered_map, what="reading media headers")
+    run: RunTasks = _IN_PROCESSES
 
 
 def add_folder_media_metadata(

@@ -58,7 +58,16 @@ from prep.engines import LOCAL, RAY
 from prep.errors import PrepError, ShardError
 from prep.index.format import INDEX_SQLITE, META_DIR, SHARD_SUFFIXES, tar_index_name
 from prep.index.group import walked_rows
-from prep.index.media import FileReads, FilesMedia, Parts, ShardMedia, ShardReads, broken_file, describe_parts
+from prep.index.media import (
+    FileReads,
+    FilesMedia,
+    Parts,
+    RunTasks,
+    ShardMedia,
+    ShardReads,
+    broken_file,
+    describe_parts,
+)
 from prep.index.rows import ShardRows
 from prep.index.shard_list import exclude_shards, shard_sort_key
 from prep.index.sqlite import may_have_media_tables
@@ -152,11 +161,18 @@ def bucket_media_reads(store: ObjectStore, sizes: Sequence[int | None]) -> Shard
     shard, None for one the bucket does not have): each shard through one RangedObject, in SCAN_THREADS
     threads; a shard being described when the run ends (an error, an interrupt) stops at its next part."""
     stop = threading.Event()
-    return ShardReads(
-        sizes,
-        functools.partial(_describe_bucket_shard, store, stop),
-        lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS, stop),
-    )
+    return ShardReads(sizes, functools.partial(_describe_bucket_shard, store, stop), _threads_until(stop))
+
+
+def _threads_until(stop: threading.Event) -> RunTasks:
+    """The media stage's `run` in SCAN_THREADS threads of this process (its `workers` unused), setting
+    `stop` when the run ends (`_in_threads`)."""
+    return lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS, stop)
+
+
+def _missing(store: ObjectStore, shard: str) -> ShardError:
+    """The error of a shard that `.info.json` names and the bucket does not have."""
+    return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
 
 
 class _Stopped(Exception):
@@ -169,7 +185,7 @@ def _describe_bucket_shard(
     """One shard's media parts described from the bucket, as `describe_shard_media` describes a local
     file's, until `stop` is set; a StorageError (the bucket unreachable for good) is raised."""
     if size is None:
-        return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
+        return _missing(store, shard)
     reader = _ranged(store, shard, size, MEDIA_WINDOW)
 
     def open_part(offset: int, length: int) -> ReadAt:
@@ -199,11 +215,7 @@ def bucket_file_reads(store: ObjectStore) -> FileReads:
     """The media stage's reads (`prep.index.media.FileReads`) of a folder dataset's files in `store`: each
     object through a RangedObject of its own, batches of files in SCAN_THREADS threads."""
     stop = threading.Event()
-    return FileReads(
-        store,
-        functools.partial(_describe_bucket_files, stop),
-        lambda describe, tasks, _: _in_threads(describe, tasks, SCAN_THREADS, stop),
-    )
+    return FileReads(store, functools.partial(_describe_bucket_files, stop), _threads_until(stop))
 
 
 def _describe_bucket_files(
@@ -430,7 +442,7 @@ def _scan_one(
     store: ObjectStore, shard: str, size: int | None, tar_file_id: int, whole: bool
 ) -> ShardRows | ShardError:
     if size is None:
-        return ShardError(shard, f"is not in {store.address} (listed in .info.json, but missing).")
+        return _missing(store, shard)
     try:
         return shard_rows_from_bucket(store, shard, size, tar_file_id, whole=whole)
     except ShardError as error:
