@@ -8,6 +8,8 @@ objects energon reads there, and a write never makes keys with empty, `.` or `..
 ObjectAddress(scheme='s3', authority='bucket', prefix='data/set')
 >>> parse_address("msc://profile/a//b/./c/../d")
 ObjectAddress(scheme='msc', authority='profile', prefix='a/b/d')
+>>> parse_address("s3://arn:aws:s3:us-east-1:123456789012:accesspoint:ap/model@v2").prefix
+'model@v2'
 >>> str(parse_address("msc://profile/ds").child("shard-0.tar"))
 'msc://profile/ds/shard-0.tar'
 >>> parse_address("/data/set") is None
@@ -81,7 +83,9 @@ def parse_address(text: str) -> ObjectAddress | None:
     if not authority:
         raise PrepError(f"{text} names no {what}: write it as {scheme}://{what.upper()}/PATH.")
     shown = without_credentials(text)
-    if scheme == "s3" and not is_bucket_name(authority) or shown != text:
+    # (a bucket's access point ARN has colons; a profile name is any text, credentials aside)
+    misplaced = not is_bucket_name(authority) if scheme == "s3" else shown != text
+    if misplaced:
         authority = shown.partition("://")[2].partition("/")[0]  # (a secret's `/` cut it short)
         rule = " (letters, digits, '.', '-' and '_')" if scheme == "s3" else ""
         raise PrepError(
