@@ -297,13 +297,20 @@ def test_worker_processes_write_what_a_local_prepare_writes(s3, bucket_dataset, 
     assert_as_local(s3, bucket, local, tmp_path)
 
 
-def test_a_bad_shard_in_a_worker_is_named_as_locally(s3, in_workers, tmp_path):
-    s3.make_bucket("broken-workers")
+def broken_dataset(s3, tmp_path, bucket: str, shards: int, broken: int):
+    """`shards` shards, shard `broken` cut short, uploaded under s3://BUCKET/ds; their local folder."""
+    s3.make_bucket(bucket)
     source = tmp_path / "src"
-    for shard in range(4):
+    for shard in range(shards):
         write_tarfile(source / f"s{shard}.tar", sample_members(f"s{shard}-", 5))
-    (source / "s2.tar").write_bytes((source / "s2.tar").read_bytes()[:2000])
-    s3.upload_folder(source, "broken-workers", "ds")
+    cut = source / f"s{broken}.tar"
+    cut.write_bytes(cut.read_bytes()[:2000])
+    s3.upload_folder(source, bucket, "ds")
+    return source
+
+
+def test_a_bad_shard_in_a_worker_is_named_as_locally(s3, in_workers, tmp_path):
+    source = broken_dataset(s3, tmp_path, "broken-workers", shards=4, broken=2)
     with pytest.raises(PrepError) as raised:
         prepare_remote("s3://broken-workers/ds", in_workers)
     local = run_shardprep("prepare", str(source), *FLAGS)
@@ -335,12 +342,7 @@ def test_ray_tasks_scan_a_bucket_into_what_a_local_prepare_writes(s3, bucket_dat
 
 
 def test_a_bad_shard_scanned_by_ray_is_named_as_locally(s3, ray_cluster, tmp_path):
-    s3.make_bucket("broken-ray")
-    source = tmp_path / "src"
-    for shard in range(9):
-        write_tarfile(source / f"s{shard}.tar", sample_members(f"s{shard}-", 5))
-    (source / "s6.tar").write_bytes((source / "s6.tar").read_bytes()[:2000])
-    s3.upload_folder(source, "broken-ray", "ds")
+    source = broken_dataset(s3, tmp_path, "broken-ray", shards=9, broken=6)
     ray = ["--engine", "ray", "--ray-address", ray_cluster]
     result = run_shardprep("prepare", "s3://broken-ray/ds", *FLAGS, *ray)
     local = run_shardprep("prepare", str(source), *FLAGS)
