@@ -342,11 +342,17 @@ class ObjectStore:
         """`length` bytes of object `name` from `offset` (fewer where the object ends first). Given `size`,
         the object's size when it was listed, a read of an object that has another size now (replaced
         since) is a StorageError saying so, not bytes of the new object."""
+        return self._read(name, offset, length, size)
+
+    def _read(
+        self, name: str, offset: int, length: int, size: int | None, version: _OneVersion | None = None
+    ) -> bytes:
+        """`read`, with the object's ETag checked by `version` if given."""
         if length <= 0:
             return b""
         byte_range = f"bytes={offset}-{offset + length - 1}"
         what = f"read {self.url(name)} bytes {offset}-{offset + length - 1}"
-        return self._call(what, lambda: self._get(name, byte_range, size))
+        return self._call(what, lambda: self._get(name, byte_range, size, version))
 
     def get(self, name: str) -> bytes:
         """The whole of object `name`."""
@@ -356,8 +362,9 @@ class ObjectStore:
         """Object `name`, of `size` bytes as listed, into the file at `path`, in reads of `part_size`,
         PART_THREADS of them on their way at once (memory stays bounded, whatever its size), each part
         written at its place; an object of one part is read in this thread. A StorageError as `read`
-        raises it (an object replaced since it was listed is one): a failure, or an interruption (Ctrl-C),
-        stops the other reads, and leaves no file at `path`."""
+        raises it (an object replaced since it was listed is one, and so is one whose parts come with
+        different ETags: replaced by one of its size while it was read): a failure, or an interruption
+        (Ctrl-C), stops the other reads, and leaves no file at `path`."""
         offsets = range(0, size, self.part_size)
         with _whole_or_none(path) as fd:
             if len(offsets) <= 1:
@@ -365,6 +372,7 @@ class ObjectStore:
                 return
             threads = min(PART_THREADS, len(offsets))
             go, stop = threading.Event(), threading.Event()
+            version = _OneVersion(self.url(name))
 
             def fetch(share: range) -> None:
                 go.wait()
@@ -372,7 +380,7 @@ class ObjectStore:
                     with _PART_SLOTS:  # all files' parts in memory: PARTS_IN_MEMORY at most
                         if stop.is_set():
                             return
-                        part = self.read(name, offset, min(self.part_size, size - offset), size)
+                        part = self._read(name, offset, min(self.part_size, size - offset), size, version)
                         _write_at(fd, part, offset)
 
             pool = ThreadPoolExecutor(threads, "shardprep-download")
@@ -403,7 +411,9 @@ class ObjectStore:
 
         return self._call(f"look up {self.url(name)}", head)
 
-    def _get(self, name: str, byte_range: str | None, size: int | None = None) -> bytes:
+    def _get(
+        self, name: str, byte_range: str | None, size: int | None = None, version: _OneVersion | None = None
+    ) -> bytes:
         arguments = {"Bucket": self.bucket, "Key": self.key(name)}
         if byte_range is not None:
             arguments["Range"] = byte_range
@@ -413,8 +423,10 @@ class ObjectStore:
             if size is not None and now is not None and now != size:
                 raise StorageError(
                     f"{self.url(name)} changed while it was read: it was listed at {size:,} bytes and is"
-                    f" {now:,} bytes now. Run again once the bucket is no longer being written."
+                    f" {now:,} bytes now. {_RUN_AGAIN}"
                 )
+            if version is not None:
+                version.check(response.get("ETag"))
             data = body.read()
         self._count(len(data))
         return data
@@ -609,6 +621,32 @@ def _write_at(fd: int, data: bytes, offset: int) -> None:
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+
+
+#: What to do about an object that changed while it was read.
+_RUN_AGAIN = "Run again once the bucket is no longer being written."
+
+
+class _OneVersion:
+    """The ETag of the first answer about an object, which every later answer must give: the parts of one
+    download are of one version of it (a replacement of the same size has another ETag)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._etag: str | None = None
+        self._lock = threading.Lock()
+
+    def check(self, etag: str | None) -> None:
+        """A StorageError unless `etag` (None: the server did not say) is that of the earlier answers."""
+        if etag is None:
+            return
+        with self._lock:
+            first = self._etag = self._etag or etag
+        if etag != first:
+            raise StorageError(
+                f"{self.url} changed while it was read: its parts came from two versions of it (ETags"
+                f" {first} and {etag}). {_RUN_AGAIN}"
+            )
 
 
 @contextmanager

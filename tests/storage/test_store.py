@@ -358,6 +358,25 @@ def test_an_object_replaced_during_a_download_is_refused_and_leaves_no_file(s3, 
     assert not target.exists(), "a file that is not the object was left where the object goes"
 
 
+def test_an_object_replaced_by_one_of_its_size_during_a_download_is_refused_and_leaves_no_file(s3, tmp_path):
+    """A re-prepared index.sqlite often has the old one's size (whole pages): the parts fetched before and
+    after the replacement would make a file that is neither."""
+    s3.make_bucket("same-size")
+    store = open_store(parse_address("s3://same-size/ds"), part_size=PART)
+    store.put("index.sqlite", os.urandom(8 * PART))
+    size = store.list()[0].size
+
+    def replace_at_third_part(byte_range: str) -> None:
+        if byte_range.startswith(f"bytes={2 * PART}-"):
+            s3.client().put_object(Bucket="same-size", Key="ds/index.sqlite", Body=os.urandom(8 * PART))
+
+    target = tmp_path / "index.sqlite"
+    with each_get(store, replace_at_third_part), pytest.raises(StorageError) as raised:
+        store.download("index.sqlite", target, size)
+    assert "index.sqlite changed while it was read" in str(raised.value)
+    assert not target.exists(), "a file mixing two objects was left where the object goes"
+
+
 def test_ctrl_c_during_a_download_stops_it_with_no_thread_running_and_no_file(s3, tmp_path):
     s3.make_bucket("interrupted")
     store = open_store(parse_address("s3://interrupted/ds"), part_size=PART)
