@@ -312,7 +312,7 @@ class BucketShards:
             )
         return shards
 
-    def scan(self, tasks: list[ShardTask], workers: int) -> Iterator[ShardRows | ShardError]:
+    def scan(self, tasks: list[ShardTask], workers: int) -> Generator[ShardRows | ShardError]:
         jobs: list[ScanJob] = []
         for _, shard, tar_file_id, _ in tasks:
             info = self.objects.get(shard)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import stat
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -126,8 +126,9 @@ class ShardSource(Protocol):
     def list_shards(self, exclude: str | None) -> list[str]:
         """The shards to index, in energon's order, less those `exclude` matches; a PrepError if none."""
 
-    def scan(self, tasks: list[ShardTask], workers: int) -> Iterator[ShardRows | ShardError]:
-        """Each task's shard indexed, its rows (or its error) in task order; the `.tar.idx` is written here."""
+    def scan(self, tasks: list[ShardTask], workers: int) -> Generator[ShardRows | ShardError]:
+        """Each task's shard indexed, its rows (or its error) in task order; the `.tar.idx` is written here.
+        Closed by the run once it has taken what it needs (its workers end there)."""
 
     def read_part(self, shard: str, offset: int, size: int) -> bytes:
         """`size` bytes of `shard` from `offset` (for the wizard's preview)."""
@@ -781,13 +782,17 @@ def _resumed(
 
 
 def _tar_indexes_written(
-    results: Iterator[ShardRows | ShardError], tar_indexes: list[str]
+    results: Generator[ShardRows | ShardError], tar_indexes: list[str]
 ) -> Iterator[ShardRows | ShardError]:
-    """`results`, each shard's staged `.tar.idx` written here from its rows as it passes."""
-    for result, path in zip(results, tar_indexes, strict=False):
-        if isinstance(result, ShardRows):
-            write_tar_index(Path(path), result)
-        yield result
+    """`results`, each shard's staged `.tar.idx` written here from its rows as it passes; `results` is
+    closed when this is. A --resume run takes no result past the last, so `results` is left unfinished:
+    closed by the garbage collector, what its close raised (a Ctrl-C while it stopped its workers) was
+    printed and dropped, and the run went on."""
+    with closing(results):
+        for result, path in zip(results, tar_indexes, strict=False):
+            if isinstance(result, ShardRows):
+                write_tar_index(Path(path), result)
+            yield result
 
 
 def _write_meta(staged: StagedIndex, split: SplitSpec | None) -> None:

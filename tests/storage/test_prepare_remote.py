@@ -19,7 +19,7 @@ from prep.prepare.media import prepare_media
 from prep.prepare.remote import prepare_remote, shard_rows_from_bucket
 from prep.prepare.run import PrepareOptions, Unattended, prepare_dataset
 from prep.storage.address import parse_address
-from prep.storage.scratch import scratch_folder
+from prep.storage.scratch import resume_folder_for, scratch_folder
 from prep.storage.store import ObjectStore, open_store
 from tests.prepare.test_media_matches_energon import media_dataset
 from tests.support.damaged_index import described_by_extension, zero_leaf_pages
@@ -183,6 +183,33 @@ def test_a_run_stopped_after_indexing_leaves_the_bucket_as_it_was(s3, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         prepare_remote("s3://stopped/ds", options, InterruptedAtDatasetYaml(options))
     assert index_objects() == before
+
+
+def test_ctrl_c_while_a_resumed_scan_stops_its_workers_stops_the_run(s3, tmp_path, monkeypatch):
+    """With --resume the scan is closed once every shard has come, not run to its end: closing it ends its
+    workers (with `--engine ray`, ray.shutdown: a second or two), and a Ctrl-C then stops the run. Left to
+    the garbage collector, the close printed 'Exception ignored' with the KeyboardInterrupt's traceback,
+    and the run went on to upload the index and exit 0."""
+    source = tmp_path / "src"
+    for shard in range(3):
+        write_tarfile(source / f"s-{shard}.tar", sample_members(f"s{shard}-", 20))
+    s3.make_bucket("ctrl-c-at-close")
+    s3.upload_folder(source, "ctrl-c-at-close", "ds")
+    scan = remote.BucketShards.scan
+
+    def interrupted_when_closed(self, tasks, workers):
+        try:
+            yield from scan(self, tasks, workers)
+        finally:
+            raise KeyboardInterrupt  # the Ctrl-C that reaches Python while the workers are being stopped
+
+    monkeypatch.setattr(remote.BucketShards, "scan", interrupted_when_closed)
+    options = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset", resume=True)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_remote("s3://ctrl-c-at-close/ds", options, tmp_path=tmp_path / "scratch")
+    assert s3.keys("ctrl-c-at-close") == ["ds/s-0.tar", "ds/s-1.tar", "ds/s-2.tar"]
+    kept = resume_folder_for(parse_address("s3://ctrl-c-at-close/ds"), tmp_path / "scratch")
+    assert list((tmp_path / "scratch").iterdir()) == [kept], "only the rows kept for a rerun may stay"
 
 
 def test_shard_errors_name_the_shard_and_offset_as_locally(s3, tmp_path):
