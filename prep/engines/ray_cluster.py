@@ -42,6 +42,7 @@ node that did leaves mid-run, it says so once the wait for a result has lasted `
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import importlib.util
 import logging
@@ -91,6 +92,10 @@ AUTH_CHOICES = (AUTH_MODE, "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 #: Seconds a run waits for a result, no live node able to run a task, before it says so (mid-run: every
 #: node with CPUs has left).
 CPU_WAIT = 20.0
+#: Bytes enough for any platform's struct sigaction (glibc's is 152 on x86-64).
+SIGACTION_BYTES = 512
+#: Seconds between two looks at the kernel's action for SIGTERM while Ray starts or stops (`sigterm_kept`).
+KEPT_EVERY = 0.005
 
 
 def _missing() -> PrepError:
@@ -210,17 +215,21 @@ class _Watcher:
 
 
 @contextlib.contextmanager
-def sigterm_kept() -> Iterator[None]:
+def sigterm_kept(defer: bool = False) -> Iterator[None]:
     """SIGTERM handled by this process's own handler (a command's: unwind like Ctrl-C, so what was staged
     is removed) while the block starts or stops Ray, and after it.
 
     ray.init puts in handlers of its own (a SystemExit at once: the run ended with exit code 15 and no
     word), so Ray is kept from setting any while the block runs (`_without_ray_handlers`); ray.shutdown
-    resets SIGTERM to its default (kill at once). A handler that raises while Ray forks its servers
-    raises into a fork hook, where Python prints the exception and drops it: a SIGTERM the block received
-    whose exception did not end the block is handled again after it. Where SIGTERM has no handler of
-    Python's (its default, or ignored), Ray's handle it while the block runs, as they clean up what was
-    half started; outside the main thread the block runs as it is."""
+    resets SIGTERM in the kernel to its default (kill at once) early, through Ray's core worker, and
+    then takes about a second to stop the instance's processes, so the kernel's action is put back
+    whenever it is reset while the block runs (`_kernel_action_kept`). A handler that raises while Ray
+    forks its servers raises into a fork hook, where Python prints the exception and drops it: a SIGTERM
+    the block received whose exception did not end the block is handled again after it. With `defer`
+    (around ray.shutdown), a SIGTERM is only noted while the block runs, and handled after it: raised in
+    the middle of ray.shutdown, it would leave the instance's workers running. Where SIGTERM has no
+    handler of Python's (its default, or ignored), Ray's handle it while the block runs, as they clean up
+    what was half started; outside the main thread the block runs as it is."""
     handler = signal.getsignal(signal.SIGTERM)
     if handler is None or threading.current_thread() is not threading.main_thread():
         yield
@@ -229,16 +238,51 @@ def sigterm_kept() -> Iterator[None]:
 
     def on_sigterm(signum: int, frame: Any) -> None:
         received.append(signum)
-        handler(signum, frame)
+        if not defer:
+            handler(signum, frame)
 
     with contextlib.ExitStack() as kept:
         if callable(handler):
             kept.enter_context(_without_ray_handlers())
             signal.signal(signal.SIGTERM, on_sigterm)
+            kept.enter_context(_kernel_action_kept(signal.SIGTERM))
         kept.callback(signal.signal, signal.SIGTERM, handler)
         yield
     if received:
         handler(signal.SIGTERM, None)
+
+
+@contextlib.contextmanager
+def _kernel_action_kept(signum: int) -> Iterator[None]:
+    """The kernel's action for `signum` as it is when the block begins, put back within KEPT_EVERY seconds
+    by a thread of this process whenever something resets it while the block runs (Python's table of
+    handlers does not see a reset made in C: only the kernel's copy tells). Linux only (a struct
+    sigaction begins with its handler there); elsewhere the block runs as it is."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        ours = ctypes.create_string_buffer(SIGACTION_BYTES)  # a struct sigaction, whatever its layout
+        found = sys.platform.startswith("linux") and libc.sigaction(signum, None, ours) == 0
+    except (OSError, AttributeError):
+        found = False
+    if not found:
+        yield
+        return
+    now = ctypes.create_string_buffer(SIGACTION_BYTES)
+    handler_bytes = ctypes.sizeof(ctypes.c_void_p)
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(KEPT_EVERY):
+            if libc.sigaction(signum, None, now) == 0 and now.raw[:handler_bytes] != ours.raw[:handler_bytes]:
+                libc.sigaction(signum, ours, None)
+
+    keeper = threading.Thread(target=keep, name="shardprep-sigterm", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
 
 
 @contextlib.contextmanager
@@ -593,7 +637,7 @@ class RayEngine:
         with self._local:
             if self._started:
                 try:
-                    with sigterm_kept():
+                    with sigterm_kept(defer=True):
                         self.ray.shutdown()  # disconnects; a local instance started here stops with its workers
                 finally:
                     if self._watcher is not None:
@@ -608,7 +652,7 @@ class RayEngine:
         if sys.platform.startswith("linux"):
             _kill_left(_frozen_descendants(os.getpid(), before))
         try:
-            with sigterm_kept():
+            with sigterm_kept(defer=True):
                 self.ray.shutdown()
         except Exception:  # noqa: BLE001 - half started: what it started is killed already
             pass

@@ -214,6 +214,49 @@ def test_sigterm_unwinds_the_driver_like_ctrl_c_and_stops_the_local_instance(
     assert not [pid for pid, start in started.items() if _process_start(pid) == start]
 
 
+SIGTERM_IN_SHUTDOWN_DRIVER = """
+import os, signal, threading, time
+from prep.engines.ray_cluster import RayEngine
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+def caught():
+    line = next(l for l in open("/proc/self/status") if l.startswith("SigCgt"))
+    return int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1
+
+def terminate_during_shutdown(shutting_down):
+    shutting_down.wait()
+    time.sleep(0.5)  # well into ray.shutdown, which takes about a second
+    os.kill(os.getpid(), signal.SIGTERM)
+
+signal.signal(signal.SIGTERM, interrupt)  # as every shardprep command does (prep.cli.stop_on_sigterm)
+shutting_down = threading.Event()
+threading.Thread(target=terminate_during_shutdown, args=(shutting_down,), daemon=True).start()
+try:
+    with RayEngine(workers=1) as engine:
+        list(engine.ordered_map(abs, [(-1,)], what="warming up"))  # Ray starts with the first work
+        print("ready", flush=True)
+        shutting_down.set()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_sigterm_while_ray_shuts_down_unwinds_like_ctrl_c(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Ray's core worker resets SIGTERM in the kernel to its default early in ray.shutdown, which then
+    takes about a second to stop the instance's processes: a SIGTERM then killed the run outright (exit
+    -15, no word, its staged files and scratch folder left), as it did when a bucket prepare with
+    `--engine ray` was stopped just after its last shard was scanned."""
+    driver, started = start_driver(SIGTERM_IN_SHUTDOWN_DRIVER, tmp_path_factory)
+    try:
+        out, err = driver.communicate(timeout=60)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0 and out == "interrupted\n", (driver.returncode, err[-2000:])
+    assert not [pid for pid, start in started.items() if _process_start(pid) == start]
+
+
 SHUT_DOWN_DRIVER = """
 import os, signal
 from prep.engines.ray_cluster import RayEngine
