@@ -81,7 +81,7 @@ from prep.processes import ordered_map
 from prep.storage.address import ObjectAddress, is_plain_name, require_address
 from prep.storage.ranged import FIRST_WINDOW, RangedObject
 from prep.storage.scratch import resume_folder_for, scratch_folder
-from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, StorageError, open_store
+from prep.storage.store import IncompleteUpload, ObjectInfo, ObjectStore, OneVersion, StorageError, open_store
 from prep.storage.upload import (
     EarlyUpload,
     GrowingUpload,
@@ -112,8 +112,8 @@ MIN_BYTES_FOR_WORKERS = 128 * 1024 * 1024
 #: whole, whatever the page size (sqlite's largest), where its schema begins (`may_have_media_tables`).
 OLD_INDEX_HEAD = 64 * 1024
 #: A shard to scan: (name, size, or None if the bucket does not have it, tar_file_id, read it whole at
-#: once rather than probe its first members).
-ScanJob = tuple[str, "int | None", int, bool]
+#: once rather than probe its first members, its ETag as listed).
+ScanJob = tuple[str, "int | None", int, bool, str]
 #: The first read at a media part far from the last one read (a new request): an image's header is in it
 #: (a JPEG's size after a long EXIF segment takes one request more); parts closer together than
 #: READ_THROUGH are read through, in growing windows, as the header walk reads a shard.
@@ -129,11 +129,14 @@ def shard_rows_from_bucket(
     tar_file_id: int,
     fetched: list[int] | None = None,
     whole: bool = False,
+    etag: str | None = None,
 ) -> ShardRows:
     """One shard's index rows, read from the bucket as a local prepare reads them from a file; ShardError
     as there. With `whole`, a shard up to WHOLE_SHARD_BYTES is read whole in one request, without first
-    probing whether its members are small. The bytes fetched are added to `fetched[0]` if given."""
-    reader = _ranged(store, shard, size)
+    probing whether its members are small. Every read is of the shard's version listed with `etag` (or
+    else of the first read's): a StorageError if it changes. The bytes fetched are added to `fetched[0]`
+    if given."""
+    reader = _ranged(store, shard, size, version=OneVersion(store.url(shard), etag))
     try:
         if whole and size <= WHOLE_SHARD_BYTES:
             data = reader.whole()
@@ -149,10 +152,15 @@ def shard_rows_from_bucket(
             fetched[0] += reader.fetched
 
 
-def _ranged(store: ObjectStore, shard: str, size: int, window: int = FIRST_WINDOW) -> RangedObject:
-    """`shard` in `store`, read through ranged GETs as a bytes buffer."""
+def _ranged(
+    store: ObjectStore, shard: str, size: int, window: int = FIRST_WINDOW, version: OneVersion | None = None
+) -> RangedObject:
+    """`shard` in `store`, read through ranged GETs as a bytes buffer (of one `version`, if given)."""
     return RangedObject(
-        lambda offset, length: store.read(shard, offset, length, size), size, window=window, name=shard
+        lambda offset, length: store.read(shard, offset, length, size, version),
+        size,
+        window=window,
+        name=shard,
     )
 
 
@@ -316,15 +324,16 @@ class BucketShards:
         jobs: list[ScanJob] = []
         for _, shard, tar_file_id, _ in tasks:
             info = self.objects.get(shard)
-            jobs.append((shard, None if info is None else info.size, tar_file_id, False))
+            size, etag = (None, "") if info is None else (info.size, info.etag)
+            jobs.append((shard, size, tar_file_id, False, etag))
         if not jobs:
             return
         whole = has_small_members(self.store, *jobs[0][:2])  # then the dataset's shards are read whole
-        jobs = [(shard, size, tar_file_id, whole) for shard, size, tar_file_id, _ in jobs]
+        jobs = [(shard, size, tar_file_id, whole, etag) for shard, size, tar_file_id, _, etag in jobs]
         if self.engine == RAY:
             yield from self._scanned_by_ray(jobs, workers)
             return
-        total = sum(size or 0 for _, size, _, _ in jobs)
+        total = sum(size or 0 for _, size, _, _, _ in jobs)
         if workers <= 1 or len(jobs) <= WORKER_THREADS or total < MIN_BYTES_FOR_WORKERS:
             yield from _scanned_in_threads(self.store, jobs, SCAN_THREADS)
             return
@@ -439,12 +448,12 @@ def _scan_batch(store: ObjectStore, jobs: Sequence[ScanJob]) -> list[ShardRows |
 
 
 def _scan_one(
-    store: ObjectStore, shard: str, size: int | None, tar_file_id: int, whole: bool
+    store: ObjectStore, shard: str, size: int | None, tar_file_id: int, whole: bool, etag: str
 ) -> ShardRows | ShardError:
     if size is None:
         return _missing(store, shard)
     try:
-        return shard_rows_from_bucket(store, shard, size, tar_file_id, whole=whole)
+        return shard_rows_from_bucket(store, shard, size, tar_file_id, whole=whole, etag=etag)
     except ShardError as error:
         return error
 

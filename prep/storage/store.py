@@ -338,16 +338,13 @@ class ObjectStore:
                 f"The server does not list the incomplete multipart uploads below {self.address} ({code})."
             ) from None
 
-    def read(self, name: str, offset: int, length: int, size: int | None = None) -> bytes:
+    def read(
+        self, name: str, offset: int, length: int, size: int | None = None, version: OneVersion | None = None
+    ) -> bytes:
         """`length` bytes of object `name` from `offset` (fewer where the object ends first). Given `size`,
         the object's size when it was listed, a read of an object that has another size now (replaced
-        since) is a StorageError saying so, not bytes of the new object."""
-        return self._read(name, offset, length, size)
-
-    def _read(
-        self, name: str, offset: int, length: int, size: int | None, version: _OneVersion | None = None
-    ) -> bytes:
-        """`read`, with the object's ETag checked by `version` if given."""
+        since) is a StorageError saying so, not bytes of the new object; given `version`, so is a read of
+        another version of it than `version`'s (replaced by one of its size)."""
         if length <= 0:
             return b""
         byte_range = f"bytes={offset}-{offset + length - 1}"
@@ -372,7 +369,7 @@ class ObjectStore:
                 return
             threads = min(PART_THREADS, len(offsets))
             go, stop = threading.Event(), threading.Event()
-            version = _OneVersion(self.url(name))
+            version = OneVersion(self.url(name))
 
             def fetch(share: range) -> None:
                 go.wait()
@@ -380,7 +377,7 @@ class ObjectStore:
                     with _PART_SLOTS:  # all files' parts in memory: PARTS_IN_MEMORY at most
                         if stop.is_set():
                             return
-                        part = self._read(name, offset, min(self.part_size, size - offset), size, version)
+                        part = self.read(name, offset, min(self.part_size, size - offset), size, version)
                         _write_at(fd, part, offset)
 
             pool = ThreadPoolExecutor(threads, "shardprep-download")
@@ -412,7 +409,7 @@ class ObjectStore:
         return self._call(f"look up {self.url(name)}", head)
 
     def _get(
-        self, name: str, byte_range: str | None, size: int | None = None, version: _OneVersion | None = None
+        self, name: str, byte_range: str | None, size: int | None = None, version: OneVersion | None = None
     ) -> bytes:
         arguments = {"Bucket": self.bucket, "Key": self.key(name)}
         if byte_range is not None:
@@ -627,24 +624,26 @@ def _write_at(fd: int, data: bytes, offset: int) -> None:
 _RUN_AGAIN = "Run again once the bucket is no longer being written."
 
 
-class _OneVersion:
-    """The ETag of the first answer about an object, which every later answer must give: the parts of one
-    download are of one version of it (a replacement of the same size has another ETag)."""
+class OneVersion:
+    """The ETag an object was listed with, or else that of the first answer about it, which every later
+    answer must give: the reads of an object in several requests (a download's parts, a shard's headers)
+    are of one version of it (a replacement of the same size has another ETag)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, etag: str | None = None) -> None:
         self.url = url
-        self._etag: str | None = None
+        self._etag = etag.strip('"') if etag else None
         self._lock = threading.Lock()
 
     def check(self, etag: str | None) -> None:
-        """A StorageError unless `etag` (None: the server did not say) is that of the earlier answers."""
-        if etag is None:
+        """A StorageError unless `etag` (None: the server did not say) is the one this version has."""
+        if not etag:
             return
+        etag = etag.strip('"')
         with self._lock:
             first = self._etag = self._etag or etag
         if etag != first:
             raise StorageError(
-                f"{self.url} changed while it was read: its parts came from two versions of it (ETags"
+                f"{self.url} changed while it was read: its reads came from two versions of it (ETags"
                 f" {first} and {etag}). {_RUN_AGAIN}"
             )
 

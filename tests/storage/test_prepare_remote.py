@@ -425,6 +425,36 @@ def test_a_shard_replaced_by_a_longer_one_while_it_is_read_is_an_error(s3, tmp_p
     assert not any(key.startswith("ds/.nv-meta") for key in s3.keys("replaced"))
 
 
+def test_a_shard_replaced_by_one_of_its_size_while_it_is_walked_is_an_error(s3, tmp_path):
+    """A shard of big members is walked by several ranged GETs: one rewritten in the middle (a same-size
+    shard is common, tars being padded to 10 KiB records) gave rows of both versions, the first members'
+    names from the old and the rest from the new, and the run succeeded."""
+    parts = {"bin": b"\x01" * BIG, "json": b'{"i": %d}'}
+    write_tarfile(tmp_path / "src" / "big.tar", sample_members("old-", 12, parts))
+    other = write_tarfile(tmp_path / "new" / "big.tar", sample_members("new-", 12, parts))
+    assert other.stat().st_size == (tmp_path / "src" / "big.tar").stat().st_size
+    s3.make_bucket("rewritten")
+    s3.upload_folder(tmp_path / "src", "rewritten", "ds")
+    store = open_store(parse_address("s3://rewritten/ds"))
+    gets: list[str] = []
+
+    def replace_after_the_third_read(params: dict, **_: object) -> None:
+        gets.append(params.get("Range", ""))
+        if len(gets) == 3:
+            s3.client().upload_file(str(other), "rewritten", "ds/big.tar")
+
+    event = "before-parameter-build.s3.GetObject"
+    store.client.meta.events.register(event, replace_after_the_third_read)
+    options = PrepareOptions(split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    try:
+        with pytest.raises(PrepError, match=r"s3://rewritten/ds/big.tar changed while it was read"):
+            prepare_remote("s3://rewritten/ds", options, store=store, tmp_path=tmp_path / "scratch")
+    finally:
+        store.client.meta.events.unregister(event, replace_after_the_third_read)
+    assert len(gets) >= 3, "the shard was read in fewer requests than the test needs"
+    assert s3.keys("rewritten") == ["ds/big.tar"]
+
+
 def test_a_killed_runs_folder_under_tmp_path_is_removed_by_the_next_run(s3, tmp_path):
     """SIGKILL leaves a bucket prepare's local folder (staged index and all) under --tmp-path; the next run
     there removes it, and keeps what is not ours or is alive."""
