@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import importlib.util
 import logging
 import os
@@ -464,8 +465,28 @@ class CpuWatch:
         self._since, self._said = None, False
 
 
+@functools.cache
+def shardprep_code() -> str:
+    """A digest of the source of the `prep` package this process runs, to tell a node of a cluster that
+    runs other code than the driver (another version, another checkout)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _other_shardprep(error: BaseException, node: str = "A node of the Ray cluster") -> PrepError:
+    """The error for a task that failed on a node running other shardprep code than the driver."""
+    return PrepError(
+        f"{node} runs another shardprep than this machine ({Path(__file__).resolve().parents[1]}), and this"
+        f" run's task failed there with {type(error).__name__}: {_first_line(error)}. Install the shardprep"
+        " this machine runs on every node of the cluster, then run again."
+    )
+
+
 def _run_chunk(
-    function: Callable[..., Any], chunk: list[tuple]
+    function: Callable[..., Any], chunk: list[tuple], code: str
 ) -> tuple[list[Any], BaseException | str | None]:
     """A Ray task: `function(*task)` for each task of the chunk, in order. A task that raises after others
     ran ends the chunk there: its exception comes back beside their results, for the driver to raise
@@ -473,7 +494,8 @@ def _run_chunk(
     any exception that cannot cross to the driver as a value (then the chunk's results are lost with it,
     and the driver runs the chunk again from its first task not given). A SystemExit (sys.exit) always
     comes back beside the results: raised, Ray would end the worker with it, a worker that died to the
-    driver, which would retry the chunk."""
+    driver, which would retry the chunk. Where this node's shardprep is not the driver's (`code`, its
+    `shardprep_code`), a task's exception is raised as a PrepError that says so."""
     results = []
     for task in chunk:
         try:
@@ -481,6 +503,8 @@ def _run_chunk(
         except SystemExit as exited:
             return results, exited if _portable(exited) else SystemExit(repr(exited.code))
         except Exception as error:
+            if code != shardprep_code():
+                raise _other_shardprep(error, f"The node {socket.gethostname()}") from None
             if not results:
                 raise
             if not _portable(error):  # Ray would fail to return it: the driver reruns the rest
@@ -695,7 +719,7 @@ class RayEngine:
         attempts: dict[int, int] = {}  # chunk start -> retries so far
 
         def submit(start: int, stop: int) -> tuple[int, int, Any]:
-            return start, stop, self._remote.remote(function, list(tasks[start:stop]))
+            return start, stop, self._remote.remote(function, list(tasks[start:stop]), shardprep_code())
 
         try:
             for start in submitted:
@@ -709,6 +733,10 @@ class RayEngine:
                         self._check_runnable(after=self.cpu_wait)
                     results, failure = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:  # the function raised: as itself if ordinary
+                    if str(error.cause).startswith(
+                        f"{_run_chunk.__name__}() takes"
+                    ):  # a node's older _run_chunk
+                        raise _other_shardprep(error.cause) from None
                     if isinstance(error.cause, Exception) and _not_loaded(error) is None:
                         raise error.cause from error
                     names = [name(task) for task in tasks[start:stop]]

@@ -26,8 +26,10 @@ from prep.engines.ray_cluster import (
     RayEngine,
     _descendants,
     _process_start,
+    _run_chunk,
     import_ray,
     retry_notice,
+    shardprep_code,
     sigterm_kept,
 )
 from prep.errors import PrepError
@@ -212,6 +214,22 @@ def test_sigterm_unwinds_the_driver_like_ctrl_c_and_stops_the_local_instance(
     assert driver.returncode == 0 and out == "interrupted\n", err
     assert "SIGTERM received" not in err, "Ray's own SIGTERM handler ran"
     assert not [pid for pid, start in started.items() if _process_start(pid) == start]
+
+
+def raises_type_error(number: int) -> int:
+    raise TypeError(f"{number} is not what this node's code takes")
+
+
+def test_a_task_failing_on_a_node_with_other_shardprep_code_says_so() -> None:
+    """A node whose shardprep is not the driver's (another version, another checkout) fails tasks with
+    errors that only make sense as a mismatch (a function taking other arguments): said so, naming the
+    node, not as the bare TypeError."""
+    with pytest.raises(
+        PrepError, match=r"The node .* runs another shardprep than this machine .*TypeError: 1 is"
+    ):
+        _run_chunk(raises_type_error, [(1,)], "the driver's other code")
+    with pytest.raises(TypeError):  # the same code: the task's own error
+        _run_chunk(raises_type_error, [(1,)], shardprep_code())
 
 
 SIGTERM_IN_SHUTDOWN_DRIVER = """
