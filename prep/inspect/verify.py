@@ -17,6 +17,7 @@ import itertools
 import json
 import mmap
 import os
+import shlex
 import stat
 from collections import defaultdict
 from collections.abc import Collection, Sequence
@@ -54,6 +55,13 @@ from prep.tar.scan import HeaderWalker, check_not_compressed, first_nonzero, rep
 REPREPARE = "re-run `shardprep prepare {root}` to rebuild the index"
 #: The fix of an index that another program rewrote while verify read it.
 VERIFY_AGAIN = "run verify again once what writes the index is done"
+
+
+def reprepare(root: str | Path, *flags: str) -> str:
+    """REPREPARE for the dataset at `root`, with `flags` after it, each quoted as a shell needs it."""
+    return REPREPARE.format(root=" ".join(shlex.quote(str(word)) for word in (root, *flags)))
+
+
 RESTORE = "restore the shard from its source (shardprep never modifies tars), then " + REPREPARE
 #: Headers per shard and problem kind that are described one by one before "and N more".
 MAX_EXAMPLES = 3
@@ -157,7 +165,7 @@ class _ShardChecker:
     def _fix(self, fix: str) -> str:
         """`fix` with the dataset's folder in place of `{root}` (REPREPARE's): only that, since a fix may
         name a shard or a key, which may hold braces (`y{1..2}.tar`)."""
-        return fix.replace("{root}", self.root)
+        return fix.replace("{root}", shlex.quote(self.root))
 
     def finish(self) -> None:
         lead = self._whole_shard()
@@ -771,7 +779,7 @@ def _untrainable_warning(
     having = " and ".join(f"{split!r} ({count:,})" for split, count in with_samples.items())
     fix = f"to train on it, name shards under {TRAIN_SPLIT!r} in `split_parts` in {split_file}"
     if split_file == SPLIT_YAML:  # the split file prepare writes
-        fix += f", or re-run `shardprep prepare {root}` with a --split-ratio that gives train a share"
+        fix += f", or re-run `shardprep prepare {shlex.quote(root)}` with a --split-ratio that gives train a share"
     return Problem(
         f"{META_DIR}/{split_file}",
         f"split {TRAIN_SPLIT!r} names no shard, so training on this dataset fails (energon's"
@@ -791,7 +799,7 @@ def _no_split_problem(
     named = ", ".join(f"{split!r} ({len(names)} shard(s))" for split, names in splits.items()) or "none"
     fix = f"name the shards of each split under `split_parts` in {split_file} and exclude only the samples not to load"
     if split_file == SPLIT_YAML:  # the split file prepare writes
-        fix += f", or re-run `shardprep prepare {root}` to put every shard in a split again"
+        fix += f", or re-run `shardprep prepare {shlex.quote(root)}` to put every shard in a split again"
     if not any(splits.values()):
         what = (
             f"no split names a shard that `exclude` leaves in (splits: {named}): energon's loader cannot load"
@@ -802,7 +810,10 @@ def _no_split_problem(
             f"the shards the splits name hold no sample (splits: {named}): energon's loader finds none in"
             " any split (a training loader stops: 'Cannot repeat empty dataset indefinitely')."
         )
-        fix = f"add shards that hold samples (members named KEY.PART), then re-run `shardprep prepare {root}`"
+        fix = (
+            "add shards that hold samples (members named KEY.PART), then re-run"
+            f" `shardprep prepare {shlex.quote(root)}`"
+        )
     else:
         what = (
             f"`exclude` drops every sample of the shards the splits name (splits: {named}): energon's"
@@ -832,7 +843,7 @@ def _unindexed_split_shards(
     dataset: PreparedDataset, split_file: str, splits: dict[str, list[str]], root: str
 ) -> list[Problem]:
     """A problem for each shard a split of `split_file` names that `.info.json` does not list."""
-    fix = REPREPARE.format(root=root)
+    fix = reprepare(root)
     if split_file != SPLIT_YAML:  # prepare rewrites split.yaml, not this one
         fix = f"remove the shard from {META_DIR}/{split_file}, or if it belongs in the dataset, {fix}"
     return [
@@ -872,7 +883,7 @@ def _meta_file_problem(dataset: PreparedDataset, name: str, error: PrepError) ->
         return Problem(f"{META_DIR}/{name}", error.problem, error.advice)
     reason = unreadable_reason(dataset.meta / name)
     gone = reason in (os.strerror(errno.ENOENT), os.strerror(errno.ENOTDIR))
-    fix = REPREPARE.format(root=dataset.root) if reason is None or gone else READABLE
+    fix = reprepare(dataset.root) if reason is None or gone else READABLE
     return Problem(f"{META_DIR}/{name}", str(error), fix)
 
 
@@ -883,7 +894,7 @@ def unread_index_problem(error: PrepError, root: str) -> Problem:
     where = f"{META_DIR}/{INDEX_SQLITE}"
     if isinstance(error, IndexChangedError):
         return Problem(where, f"{error.change}.", VERIFY_AGAIN)
-    fix = REPREPARE.format(root=root)
+    fix = reprepare(root)
     if not isinstance(error, DamagedIndexError):
         return Problem(where, f"cannot be read: {error}", fix)
     commands = media_commands(error.path, root)
@@ -901,7 +912,7 @@ def _sqlite_problem(dataset: PreparedDataset, root: str) -> Problem | None:
             where,
             "is missing; energon looks samples up by key in it (joined datasets, auxiliary data), and"
             " `shardprep info` and `preview` read it. energon releases before index.sqlite did not write it.",
-            REPREPARE.format(root=root),
+            reprepare(root),
         )
     reason = unreadable_reason(dataset.sqlite_path)
     if reason is not None:
@@ -935,9 +946,9 @@ def verify_dataset(
             if name == dataset_config and auxiliary:
                 continue
             if not (dataset.meta / name).exists():
-                fix = REPREPARE.format(root=root_text)
+                fix = reprepare(root_text)
                 if name == dataset_config != DATASET_YAML:  # prepare writes dataset.yaml unless told
-                    fix = REPREPARE.format(root=f"{root_text} --dataset-yaml-name {name}")
+                    fix = reprepare(root_text, "--dataset-yaml-name", name)
                 others = dataset.other_dataset_configs(name) if name == dataset_config else []
                 if others:
                     why += (
@@ -980,7 +991,7 @@ def verify_dataset(
                     Problem(
                         f"{META_DIR}/{INDEX_SQLITE}",
                         _null_rows(dataset, error),
-                        REPREPARE.format(root=root_text),
+                        reprepare(root_text),
                     )
                 )
                 sqlite_problem = report.problems[-1]
@@ -1004,7 +1015,7 @@ def verify_dataset(
                 Problem(
                     f"{META_DIR}/{INDEX_SQLITE}",
                     f"has samples for tar_file_id(s) {stray[:5]} that .info.json does not list.",
-                    REPREPARE.format(root=root_text),
+                    reprepare(root_text),
                 )
             )
         # the dataset's size as energon counts it; what is wrong in it is said by the problems
@@ -1120,7 +1131,7 @@ def verify_metadataset(
                 split_files_read=split_files_read,
             )
         except PrepError as error:
-            fix = REPREPARE.format(root=path)
+            fix = reprepare(path)
             inner = metadataset_file(path)
             if inner is not None:  # preparing it would index its datasets' shards again
                 fix = (
@@ -1321,7 +1332,10 @@ def _reference_problems(
                 f"{sample} reads field {found.field!r} from {found.name!r}, but auxiliary dataset"
                 f" {aux.path} has no member of that name in its index: energon's loader skips the sample."
             )
-            fix = f"restore the member in a shard of {aux.path} and re-run `shardprep prepare {aux.path}`, or {drop}"
+            fix = (
+                f"restore the member in a shard of {aux.path} and re-run"
+                f" `shardprep prepare {shlex.quote(str(aux.path))}`, or {drop}"
+            )
         problems.append(Problem(f"{prefix}/{found.shard}", what, fix))
     if len(dangling) > MAX_EXAMPLES:
         problems.append(

@@ -69,10 +69,16 @@ def named_by_address(text: str, folder: str | Path, address: object) -> str:
 
     >>> named_by_address("/t/x/a.tar is bad: run `shardprep prepare /t/x`.", "/t/x", "s3://b/my data")
     "s3://b/my data/a.tar is bad: run `shardprep prepare 's3://b/my data'`."
+    >>> named_by_address("run `shardprep prepare '/t/a b'`.", "/t/a b", "s3://b/x")
+    'run `shardprep prepare s3://b/x`.'
     """
     folder, address = str(folder), str(address)
-    text = _COMMAND.sub(lambda command: command.group().replace(folder, shlex.quote(address)), text)
-    return text.replace(folder, address)
+    quoted = shlex.quote(address)
+
+    def in_command(command: re.Match[str]) -> str:  # (where the folder needed quotes, they are in it)
+        return command.group().replace(shlex.quote(folder), quoted).replace(folder, quoted)
+
+    return _COMMAND.sub(in_command, text).replace(folder, address)
 
 
 def resume_folder_for(address: ObjectAddress, tmp_path: str | Path | None, what: str = "resume") -> Path:

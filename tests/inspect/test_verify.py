@@ -101,6 +101,22 @@ def test_a_missing_dataset_config_of_another_name_is_rebuilt_under_that_name(bas
     )
 
 
+def test_the_commands_fixes_give_quote_the_dataset_as_a_shell_needs(base, tmp_path):
+    """Pasted, `shardprep prepare /data/my set` would prepare /data/my."""
+    dataset = writable_copy(prepared_dataset(base, "energon"), tmp_path / "my data")
+    quoted = f"'{dataset}'"
+    (dataset / ".nv-meta" / "split.yaml").unlink()
+    (dataset / "shard-001.tar.idx").unlink()
+    fixes = {problem.where: problem.fix for problem in problems_of(dataset)}
+    assert fixes[".nv-meta/split.yaml"] == f"re-run `shardprep prepare {quoted}` to rebuild the index"
+    assert f"`shardprep prepare {quoted}`" in fixes["shard-001.tar"]
+    (dataset / ".nv-meta" / "dataset.yaml").unlink()
+    fixes = {
+        problem.where: problem.fix for problem in verify_dataset(dataset, dataset_config="t.yaml").problems
+    }
+    assert f"`shardprep prepare {quoted} --dataset-yaml-name t.yaml`" in fixes[".nv-meta/t.yaml"]
+
+
 def test_cli_exits_zero_and_says_healthy(base):
     result = run_shardprep("verify", str(prepared_dataset(base, "shardprep")))
     assert result.returncode == 0 and result.stdout.rstrip().endswith("healthy")
