@@ -54,6 +54,7 @@ import mmap
 import os
 import platform
 import resource
+import shlex
 import shutil
 import signal
 import struct
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     flags = (
         *(["--num-workers", str(args.num_workers)] if args.num_workers else []),
-        *args.shardprep_flags.split(),
+        *shlex.split(args.shardprep_flags),
     )
     load = os.getloadavg()
     print(
