@@ -33,6 +33,7 @@ from prep.index.staging import Staging
 from prep.media.filter import MediaFilter
 from prep.prepare.shards import check_dataset_root
 from prep.processes import worker_count
+from prep.storage.address import is_plain_name
 
 #: `progress(done, total)`: shards of a WebDataset, files of a folder dataset.
 MediaProgress = Callable[[int, int], None]
@@ -136,17 +137,20 @@ def media_files(root: Path, media: MediaFilter) -> list[tuple[str, int]]:
 
 def object_media_files(objects: list[tuple[str, int]], media: MediaFilter) -> list[tuple[str, int]]:
     """`media_files` of a folder dataset in a bucket, from its objects `(name relative to its address,
-    size)`: the same files left out, by the same rules.
+    size)`: the same files left out, by the same rules, and those whose keys energon reads as other keys
+    (`is_plain_name`: `a//b.png` is `a/b.png` to it), whose rows no lookup would find.
 
     >>> from prep.media.filter import parse_media_filter
     >>> by_extension = parse_media_filter(glob=None, header=False, extension=True)
     >>> object_media_files([("b/x.png", 3), (".nv-meta/y.png", 1), ("a.txt", 2), ("a.jpg", 5)], by_extension)
     [('a.jpg', 5), ('b/x.png', 3)]
+    >>> object_media_files([("b//x.png", 3), ("c/../y.png", 1)], by_extension)
+    []
     """
     found = []
     for name, size in objects:
         *folders, file_name = name.split("/")
-        if file_name and file_name != LOCK_FILE and media.considers(file_name):
+        if file_name and file_name != LOCK_FILE and media.considers(file_name) and is_plain_name(name):
             if not any(_left_out_folder(folder) for folder in folders):
                 found.append((name, size))
     found.sort()
