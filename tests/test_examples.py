@@ -30,6 +30,11 @@ EXAMPLES = {
     "records/run.py": ["the same examples as assemble_stream over the loader's records: True", "best-fit"],
     "rollouts/run.py": ["first batch: input_ids (1, 4096)", "BlockMask", "saved"],
     "translation/run.py": ["padding by bucket width", "alignment", "dropped:"],
+    "scale/run.py": [
+        "Done: indexed 120 samples in 6 shards",
+        "healthy",
+        "300 samples loaded from msc://example/",
+    ],
 }
 
 
