@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +12,7 @@ from prep.storage.store import open_store
 from prep.write.options import WriteOptions
 from prep.write.remote import write_remote
 from prep.write.sources.jsonl import JsonlSource
-from tests.support.prepare import REPO, run_shardprep, sqlite_contents, tar_indexes
+from tests.support.prepare import run_shardprep, sqlite_contents, tar_indexes
 from tests.support.s3 import S3Server
 
 ROWS = [{"id": i, "text": f"line {i} " + "x" * (i * 37 % 500)} for i in range(300)]
@@ -138,22 +135,8 @@ def test_a_misspelt_address_is_refused_not_written_as_a_local_folder(s3, source,
         ("S3://misspelt/out", "s3://misspelt/out"),
         ("s3:/misspelt/out", "s3://misspelt/out"),
     ):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "prep",
-                "write",
-                str(source),
-                address,
-                "--part",
-                "text=txt",
-                "--no-progress",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+        result = run_shardprep(
+            "write", str(source), address, "--part", "text=txt", "--no-progress", cwd=tmp_path
         )
         assert result.returncode == 2, result.stdout
         assert (

@@ -21,9 +21,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_shardprep(
-    *args: str, input: str | None = None, honour_permissions: bool = False, check: bool = False
+    *args: str,
+    input: str | None = None,
+    honour_permissions: bool = False,
+    check: bool = False,
+    cwd: Path = REPO,
 ) -> subprocess.CompletedProcess:
-    """`python -m prep ARGS` in a child process, as a user would run it (stdin closed unless `input`).
+    """`python -m prep ARGS` in a child process, as a user would run it (stdin closed unless `input`), in
+    the folder `cwd` (the repository's by default).
 
     `honour_permissions`: as root, drop the capabilities that let root read any file (setpriv), so file
     modes apply as they do to an ordinary user. `check`: fail the test unless the command succeeds.
@@ -41,7 +46,7 @@ def run_shardprep(
         input=input if input is not None else "",
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=300,
     )
